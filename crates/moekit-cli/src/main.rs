@@ -1,0 +1,2 @@
+//! The `moekit` command-line tool.
+fn main() {}

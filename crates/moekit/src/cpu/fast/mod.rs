@@ -1,0 +1,1 @@
+//! Fast CPU implementations: rayon parallelism and cache-friendly blocking.

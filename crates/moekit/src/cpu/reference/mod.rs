@@ -1,0 +1,1 @@
+//! The simple, obviously-right CPU implementations every other backend is tested against.

@@ -1,0 +1,92 @@
+//! The one error type of the crate.
+//!
+//! Every public function returns [`Result`]. Argument errors name the op, the
+//! argument, what was expected and what was got, so a caller can tell at once
+//! which of their tensors is wrong.
+
+use std::fmt::Display;
+use std::path::PathBuf;
+
+/// Errors returned by every fallible moekit function.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument of an op has the wrong dtype, shape, size or value.
+    #[error("{op}: argument `{arg}`: expected {expected}, got {got}")]
+    Invalid {
+        /// The op that rejected the argument (e.g. `gather_mm`).
+        op: &'static str,
+        /// The argument's name.
+        arg: &'static str,
+        /// What the op expected.
+        expected: String,
+        /// What it got.
+        got: String,
+    },
+    /// A combination the op does not implement (yet), e.g. a format on a device.
+    #[error("{op}: unsupported: {what}")]
+    Unsupported {
+        /// The op.
+        op: &'static str,
+        /// What is not supported.
+        what: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file was read but its contents are malformed.
+    #[error("{path}: {msg}")]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it (names the tensor or key where there is one).
+        msg: String,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Builds an [`Error::Invalid`].
+pub(crate) fn invalid(
+    op: &'static str,
+    arg: &'static str,
+    expected: impl Display,
+    got: impl Display,
+) -> Error {
+    Error::Invalid {
+        op,
+        arg,
+        expected: expected.to_string(),
+        got: got.to_string(),
+    }
+}
+
+/// Returns `Err(invalid(..))` unless `cond` holds.
+pub(crate) fn ensure(
+    cond: bool,
+    op: &'static str,
+    arg: &'static str,
+    expected: impl Display,
+    got: impl Display,
+) -> Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(invalid(op, arg, expected, got))
+    }
+}
+
+/// Builds an [`Error::Unsupported`].
+pub(crate) fn unsupported(op: &'static str, what: impl Display) -> Error {
+    Error::Unsupported {
+        op,
+        what: what.to_string(),
+    }
+}

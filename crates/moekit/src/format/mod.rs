@@ -1,0 +1,410 @@
+//! Weight formats: block layouts, (de)quantization — the single source of truth.
+//!
+//! * [`affine`]: MLX affine quantization (`mx.quantize`): 2/3/4/5/6/8 bits,
+//!   group size 32/64/128, codes packed LSB-first into `u32` along K, per-group
+//!   scale and bias; plus mlx-native's unpacked `u8` code layout.
+//! * [`ggml`]: GGUF block quantization (Q4_0 … Q6_K) with `#[repr(C)]` blocks.
+//! * Dense f32/f16/bf16.
+//!
+//! [`QuantWeights`] holds one weight matrix per expert (`[E, N, K]`, N output
+//! rows, K input columns) in any of these formats, validated once at
+//! construction; [`RowDecoder`] then dequantizes rows without further checks.
+
+pub mod affine;
+pub mod ggml;
+
+use crate::dtype::{DType, Float};
+use crate::error::{ensure, invalid, Result};
+use crate::tensor::Tensor;
+use half::{bf16, f16};
+use std::fmt;
+
+pub use ggml::GgmlType;
+
+/// MLX affine quantization parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AffineParams {
+    /// Bits per weight: 2, 3, 4, 5, 6 or 8.
+    pub bits: u32,
+    /// Weights per scale/bias group: 32, 64 or 128.
+    pub group_size: usize,
+}
+
+/// How an expert weight matrix is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// Unquantized f32, f16 or bf16: `data` is `[E, N, K]` of that dtype.
+    Dense(DType),
+    /// MLX packed affine: `data` is `u32 [E, N, K·bits/32]`, `scales` and
+    /// `biases` are `[E, N, K/group_size]` in f32, f16 or bf16.
+    Affine(AffineParams),
+    /// mlx-native unpacked affine: `data` is `u8 [E, N, K]` (one code per
+    /// byte, up to 8 bits), `scales`/`biases` `f32 [E, N, K/group_size]`.
+    AffineU8 {
+        /// Weights per group.
+        group_size: usize,
+    },
+    /// GGUF blocks: `data` is `u8 [E, N, (K/block)·type_size]`.
+    Ggml(GgmlType),
+}
+
+impl WeightFormat {
+    /// Parses a command-line name: `f32`, `f16`, `bf16`, `q4_0` … `q6_k`,
+    /// `affine4` (group 64) or `affine4-g32`, `affine-u8-g64`.
+    pub fn parse(s: &str) -> Result<WeightFormat> {
+        let l = s.to_ascii_lowercase();
+        if let Some(d) = DType::parse(&l).filter(|d| d.is_float()) {
+            return Ok(WeightFormat::Dense(d));
+        }
+        if let Some(t) = GgmlType::parse(&l) {
+            return Ok(WeightFormat::Ggml(t));
+        }
+        let bad = || {
+            invalid(
+                "WeightFormat::parse",
+                "format",
+                "f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k..q6_k|affine<bits>[-g<group>]|affine-u8[-g<group>]",
+                s,
+            )
+        };
+        let (head, group) = match l.split_once("-g") {
+            Some((h, g)) => (h, g.parse::<usize>().map_err(|_| bad())?),
+            None => (l.as_str(), 64),
+        };
+        let f = if head == "affine-u8" {
+            WeightFormat::AffineU8 { group_size: group }
+        } else if let Some(b) = head.strip_prefix("affine") {
+            let bits = b.parse::<u32>().map_err(|_| bad())?;
+            WeightFormat::Affine(AffineParams {
+                bits,
+                group_size: group,
+            })
+        } else {
+            return Err(bad());
+        };
+        f.validate("WeightFormat::parse")?;
+        Ok(f)
+    }
+
+    /// Checks the format's parameters (bits, group size, dense dtype).
+    pub fn validate(&self, op: &'static str) -> Result<()> {
+        match *self {
+            WeightFormat::Dense(d) => ensure(d.is_float(), op, "format", "f32, f16 or bf16", d),
+            WeightFormat::Affine(p) => affine::check_params(op, p.bits, p.group_size),
+            WeightFormat::AffineU8 { group_size } => affine::check_params(op, 8, group_size),
+            WeightFormat::Ggml(_) => Ok(()),
+        }
+    }
+
+    /// The K granularity: group size or GGUF block size (1 for dense).
+    pub fn k_granularity(&self) -> usize {
+        match *self {
+            WeightFormat::Dense(_) => 1,
+            WeightFormat::Affine(p) => p.group_size,
+            WeightFormat::AffineU8 { group_size } => group_size,
+            WeightFormat::Ggml(t) => t.block_size(),
+        }
+    }
+
+    /// Every format the foundation supports, with scales in f16 for affine.
+    pub fn all() -> Vec<WeightFormat> {
+        let mut v = vec![
+            WeightFormat::Dense(DType::F32),
+            WeightFormat::Dense(DType::F16),
+            WeightFormat::Dense(DType::Bf16),
+        ];
+        for bits in affine::SUPPORTED_BITS {
+            for group_size in affine::SUPPORTED_GROUP_SIZES {
+                v.push(WeightFormat::Affine(AffineParams { bits, group_size }));
+            }
+        }
+        for group_size in affine::SUPPORTED_GROUP_SIZES {
+            v.push(WeightFormat::AffineU8 { group_size });
+        }
+        v.extend(GgmlType::ALL.iter().map(|&t| WeightFormat::Ggml(t)));
+        v
+    }
+}
+
+impl fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WeightFormat::Dense(d) => write!(f, "{d}"),
+            WeightFormat::Affine(p) => write!(f, "affine{}-g{}", p.bits, p.group_size),
+            WeightFormat::AffineU8 { group_size } => write!(f, "affine-u8-g{group_size}"),
+            WeightFormat::Ggml(t) => f.write_str(t.name()),
+        }
+    }
+}
+
+/// One weight matrix per expert, `[E, N, K]` logically, in any [`WeightFormat`].
+#[derive(Debug, Clone)]
+pub struct QuantWeights {
+    format: WeightFormat,
+    n_experts: usize,
+    rows: usize,
+    cols: usize,
+    data: Tensor,
+    scales: Option<Tensor>,
+    biases: Option<Tensor>,
+}
+
+/// Shape of the tensors a [`QuantWeights`] needs: (data dtype, data shape,
+/// scales/biases shape if any).
+pub fn storage_shapes(
+    format: WeightFormat,
+    n_experts: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<(DType, Vec<usize>, Option<Vec<usize>>)> {
+    const OP: &str = "QuantWeights";
+    format.validate(OP)?;
+    let g = format.k_granularity();
+    ensure(
+        cols > 0 && cols % g == 0,
+        OP,
+        "cols (K)",
+        format!("a positive multiple of {g} for {format}"),
+        cols,
+    )?;
+    Ok(match format {
+        WeightFormat::Dense(d) => (d, vec![n_experts, rows, cols], None),
+        WeightFormat::Affine(p) => (
+            DType::U32,
+            vec![n_experts, rows, cols * p.bits as usize / 32],
+            Some(vec![n_experts, rows, cols / p.group_size]),
+        ),
+        WeightFormat::AffineU8 { group_size } => (
+            DType::U8,
+            vec![n_experts, rows, cols],
+            Some(vec![n_experts, rows, cols / group_size]),
+        ),
+        WeightFormat::Ggml(t) => (
+            DType::U8,
+            vec![n_experts, rows, cols / t.block_size() * t.type_size()],
+            None,
+        ),
+    })
+}
+
+impl QuantWeights {
+    /// Validates and wraps the storage of `n_experts` matrices of `rows × cols`.
+    ///
+    /// `data` may have any shape with the right element count (e.g. a 2-D
+    /// `[N, K]` matrix for a single expert); `scales`/`biases` likewise.
+    pub fn new(
+        format: WeightFormat,
+        n_experts: usize,
+        rows: usize,
+        cols: usize,
+        data: Tensor,
+        scales: Option<Tensor>,
+        biases: Option<Tensor>,
+    ) -> Result<QuantWeights> {
+        const OP: &str = "QuantWeights";
+        ensure(n_experts > 0 && rows > 0, OP, "n_experts, rows", "> 0", format!("{n_experts}, {rows}"))?;
+        let (dtype, shape, sshape) = storage_shapes(format, n_experts, rows, cols)?;
+        let numel: usize = shape.iter().product();
+        ensure(data.dtype() == dtype, OP, "data dtype", dtype, data.dtype())?;
+        ensure(
+            data.numel() == numel,
+            OP,
+            "data",
+            format!("{numel} elements ({shape:?}) for {format}"),
+            format!("{:?}", data.shape()),
+        )?;
+        let data = data.reshape(&shape)?;
+        let check_aux = |t: Option<Tensor>, arg: &'static str| -> Result<Option<Tensor>> {
+            match (&sshape, t) {
+                (None, None) => Ok(None),
+                (None, Some(_)) => Err(invalid(OP, arg, format!("none for {format}"), "a tensor")),
+                (Some(s), None) => Err(invalid(OP, arg, format!("{s:?} for {format}"), "none")),
+                (Some(s), Some(t)) => {
+                    let n: usize = s.iter().product();
+                    ensure(t.numel() == n, OP, arg, format!("{s:?}"), format!("{:?}", t.shape()))?;
+                    let want_f32 = matches!(format, WeightFormat::AffineU8 { .. });
+                    ensure(
+                        t.dtype().is_float() && (!want_f32 || t.dtype() == DType::F32),
+                        OP,
+                        arg,
+                        if want_f32 { "f32" } else { "f32, f16 or bf16" },
+                        t.dtype(),
+                    )?;
+                    Ok(Some(t.reshape(s)?))
+                }
+            }
+        };
+        let scales = check_aux(scales, "scales")?;
+        let biases = check_aux(biases, "biases")?;
+        if let (Some(s), Some(b)) = (&scales, &biases) {
+            ensure(s.dtype() == b.dtype(), OP, "biases dtype", s.dtype(), b.dtype())?;
+        }
+        let w = QuantWeights { format, n_experts, rows, cols, data, scales, biases };
+        w.decoder()?; // checks alignment of every typed view once
+        Ok(w)
+    }
+
+    /// Storage format.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+    /// Number of experts E.
+    pub fn n_experts(&self) -> usize {
+        self.n_experts
+    }
+    /// Output rows N per expert.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Input columns K.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// The packed data tensor.
+    pub fn data(&self) -> &Tensor {
+        &self.data
+    }
+    /// Per-group scales (affine formats).
+    pub fn scales(&self) -> Option<&Tensor> {
+        self.scales.as_ref()
+    }
+    /// Per-group biases (affine formats).
+    pub fn biases(&self) -> Option<&Tensor> {
+        self.biases.as_ref()
+    }
+
+    /// Bytes of one expert's matrix: data plus scales and biases.
+    pub fn bytes_per_expert(&self) -> usize {
+        let aux = |t: &Option<Tensor>| t.as_ref().map_or(0, |t| t.nbytes());
+        (self.data.nbytes() + aux(&self.scales) + aux(&self.biases)) / self.n_experts
+    }
+
+    /// A row decoder over validated typed views.
+    pub fn decoder(&self) -> Result<RowDecoder<'_>> {
+        let scales_biases = || -> Result<ScaleViews<'_>> {
+            let (Some(s), Some(b)) = (&self.scales, &self.biases) else {
+                return Err(invalid("QuantWeights", "scales", "present", "none"));
+            };
+            Ok(match s.dtype() {
+                DType::F32 => ScaleViews::F32(s.as_slice()?, b.as_slice()?),
+                DType::F16 => ScaleViews::F16(s.as_slice()?, b.as_slice()?),
+                DType::Bf16 => ScaleViews::Bf16(s.as_slice()?, b.as_slice()?),
+                d => return Err(invalid("QuantWeights", "scales", "f32, f16 or bf16", d)),
+            })
+        };
+        let kind = match self.format {
+            WeightFormat::Dense(DType::F32) => DecoderKind::F32(self.data.as_slice()?),
+            WeightFormat::Dense(DType::F16) => DecoderKind::F16(self.data.as_slice()?),
+            WeightFormat::Dense(DType::Bf16) => DecoderKind::Bf16(self.data.as_slice()?),
+            WeightFormat::Dense(d) => return Err(invalid("QuantWeights", "format", "float dense", d)),
+            WeightFormat::Affine(p) => DecoderKind::Affine(p, self.data.as_slice()?, scales_biases()?),
+            WeightFormat::AffineU8 { group_size } => {
+                let ScaleViews::F32(s, b) = scales_biases()? else {
+                    return Err(invalid("QuantWeights", "scales", "f32", "other"));
+                };
+                DecoderKind::AffineU8(group_size, self.data.as_slice()?, s, b)
+            }
+            WeightFormat::Ggml(t) => DecoderKind::Ggml(t, self.data.as_slice()?),
+        };
+        Ok(RowDecoder { kind, rows: self.rows, cols: self.cols })
+    }
+
+    /// Dequantizes expert `e` into a row-major `[N, K]` f32 matrix.
+    pub fn dequantize_expert(&self, e: usize) -> Result<Vec<f32>> {
+        ensure(e < self.n_experts, "dequantize_expert", "e", format!("< {}", self.n_experts), e)?;
+        let dec = self.decoder()?;
+        let mut out = vec![0f32; self.rows * self.cols];
+        for (n, row) in out.chunks_exact_mut(self.cols).enumerate() {
+            dec.decode(e, n, row)?;
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum ScaleViews<'a> {
+    F32(&'a [f32], &'a [f32]),
+    F16(&'a [f16], &'a [f16]),
+    Bf16(&'a [bf16], &'a [bf16]),
+}
+
+#[derive(Clone, Copy)]
+enum DecoderKind<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    Bf16(&'a [bf16]),
+    Affine(AffineParams, &'a [u32], ScaleViews<'a>),
+    AffineU8(usize, &'a [u8], &'a [f32], &'a [f32]),
+    Ggml(GgmlType, &'a [u8]),
+}
+
+/// Dequantizes single rows of a validated [`QuantWeights`].
+#[derive(Clone, Copy)]
+pub struct RowDecoder<'a> {
+    kind: DecoderKind<'a>,
+    rows: usize,
+    cols: usize,
+}
+
+fn row_of<T>(v: &[T], row: usize, len: usize) -> &[T] {
+    &v[row * len..(row + 1) * len]
+}
+
+fn widen_into<T: Float>(src: &[T], out: &mut [f32]) {
+    for (o, &s) in out.iter_mut().zip(src) {
+        *o = s.to_f32();
+    }
+}
+
+impl RowDecoder<'_> {
+    /// Writes row `n` of expert `e`, dequantized, into `out` (`len == K`).
+    pub fn decode(&self, e: usize, n: usize, out: &mut [f32]) -> Result<()> {
+        const OP: &str = "RowDecoder::decode";
+        ensure(out.len() == self.cols, OP, "out", format!("len {}", self.cols), out.len())?;
+        ensure(n < self.rows, OP, "n", format!("< {}", self.rows), n)?;
+        let r = e * self.rows + n;
+        let k = self.cols;
+        let nr = self.len_rows();
+        ensure(r < nr, OP, "e", format!("< {}", nr / self.rows), e)?;
+        match self.kind {
+            DecoderKind::F32(d) => out.copy_from_slice(row_of(d, r, k)),
+            DecoderKind::F16(d) => widen_into(row_of(d, r, k), out),
+            DecoderKind::Bf16(d) => widen_into(row_of(d, r, k), out),
+            DecoderKind::Affine(p, d, sv) => {
+                let w = row_of(d, r, k * p.bits as usize / 32);
+                let g = k / p.group_size;
+                match sv {
+                    ScaleViews::F32(s, b) => affine::dequantize_row(p.bits, p.group_size, w, row_of(s, r, g), row_of(b, r, g), out)?,
+                    ScaleViews::F16(s, b) => affine::dequantize_row(p.bits, p.group_size, w, row_of(s, r, g), row_of(b, r, g), out)?,
+                    ScaleViews::Bf16(s, b) => affine::dequantize_row(p.bits, p.group_size, w, row_of(s, r, g), row_of(b, r, g), out)?,
+                }
+            }
+            DecoderKind::AffineU8(gs, d, s, b) => {
+                let g = k / gs;
+                affine::dequantize_u8_row(gs, row_of(d, r, k), row_of(s, r, g), row_of(b, r, g), out)?
+            }
+            DecoderKind::Ggml(t, d) => {
+                let rb = k / t.block_size() * t.type_size();
+                ggml::dequantize_row(t, row_of(d, r, rb), out)?
+            }
+        }
+        Ok(())
+    }
+
+    fn len_rows(&self) -> usize {
+        let k = self.cols;
+        match self.kind {
+            DecoderKind::F32(d) => d.len() / k,
+            DecoderKind::F16(d) => d.len() / k,
+            DecoderKind::Bf16(d) => d.len() / k,
+            DecoderKind::Affine(p, d, _) => d.len() / (k * p.bits as usize / 32),
+            DecoderKind::AffineU8(_, d, _, _) => d.len() / k,
+            DecoderKind::Ggml(t, d) => d.len() / (k / t.block_size() * t.type_size()),
+        }
+    }
+
+    /// Input columns K.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}

@@ -1,0 +1,37 @@
+//! # moekit
+//!
+//! Runs the Mixture-of-Experts (MoE) layers of quantized LLMs.
+//!
+//! ## Architecture (read top to bottom)
+//!
+//! 1. **Core types** — [`DType`], [`Tensor`] (contiguous, owned or a zero-copy
+//!    view of mapped memory), [`Device`], [`Error`].
+//! 2. **Formats** ([`format`]) — block layouts and (de)quantization of MLX
+//!    affine and GGUF weights; [`format::QuantWeights`] holds `[E, N, K]`
+//!    expert weights in any format.
+//! 3. **Ops** ([`ops`]) — the front end: each op validates every argument and
+//!    dispatches to a [`Backend`]. Ops: routing, expert sort, permute /
+//!    unpermute, grouped quantized matmul, SwiGLU, norm epilogues.
+//! 4. **Backends** ([`cpu`]) — `cpu::reference` (simple, obviously right: the
+//!    oracle) and `cpu::fast` (rayon, cache blocking). CUDA slots in beside them.
+//! 5. **MoE block** ([`moe`]) — route → sort → grouped gate/up + SwiGLU →
+//!    grouped down → weighted combine (+ shared expert).
+//! 6. **CLI** — the `moekit` binary in the `moekit-cli` crate.
+
+#![deny(missing_docs)]
+
+pub mod cpu;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod format;
+pub mod moe;
+pub mod npy;
+pub mod ops;
+pub mod tensor;
+
+pub use device::{Backend, Device};
+pub use dtype::{DType, Element, Float};
+pub use error::{Error, Result};
+pub use format::{QuantWeights, WeightFormat};
+pub use tensor::{Bytes, Tensor};

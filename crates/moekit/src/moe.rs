@@ -1,0 +1,1 @@
+//! The MoE block (TODO).

@@ -1,0 +1,1 @@
+//! Norm epilogues (STUB).

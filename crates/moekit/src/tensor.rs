@@ -1,0 +1,332 @@
+//! A minimal contiguous tensor: dtype + shape + storage.
+//!
+//! Storage is either owned (8-byte aligned) or a borrowed view of shared
+//! memory such as a memory-mapped checkpoint ([`Bytes::shared`]), so weights
+//! are used in place without a copy.
+
+use crate::device::Device;
+use crate::dtype::{DType, Element, Float};
+use crate::error::{ensure, invalid, Result};
+use half::{bf16, f16};
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Raw bytes of a tensor on the host.
+#[derive(Clone)]
+pub enum Bytes {
+    /// Owned, 8-byte aligned (backed by `u64` words).
+    Owned {
+        /// Backing words.
+        words: Vec<u64>,
+        /// Length in bytes (≤ 8 · words.len()).
+        len: usize,
+    },
+    /// A byte range of shared memory (an mmap, a loaded file).
+    Shared {
+        /// The memory.
+        data: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        /// The range viewed.
+        range: Range<usize>,
+    },
+}
+
+impl Bytes {
+    /// `len` zero bytes, owned.
+    pub fn zeroed(len: usize) -> Bytes {
+        Bytes::Owned {
+            words: vec![0u64; len.div_ceil(8)],
+            len,
+        }
+    }
+
+    /// A copy of `src`, owned and aligned.
+    pub fn copy_from(src: &[u8]) -> Bytes {
+        let mut b = Bytes::zeroed(src.len());
+        b.as_mut_slice_unchecked().copy_from_slice(src);
+        b
+    }
+
+    /// A view of `range` inside shared memory; errors if out of bounds.
+    pub fn shared(data: Arc<dyn AsRef<[u8]> + Send + Sync>, range: Range<usize>) -> Result<Bytes> {
+        let total = (*data).as_ref().len();
+        ensure(
+            range.start <= range.end && range.end <= total,
+            "Bytes::shared",
+            "range",
+            format!("a range inside 0..{total}"),
+            format!("{range:?}"),
+        )?;
+        Ok(Bytes::Shared { data, range })
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Owned { words, len } => &bytemuck::cast_slice::<u64, u8>(words)[..*len],
+            Bytes::Shared { data, range } => &(**data).as_ref()[range.clone()],
+        }
+    }
+
+    fn as_mut_slice_unchecked(&mut self) -> &mut [u8] {
+        match self {
+            Bytes::Owned { words, len } => &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..*len],
+            Bytes::Shared { .. } => &mut [],
+        }
+    }
+
+    /// Mutable bytes; shared views are first copied into owned storage.
+    pub fn make_mut(&mut self) -> &mut [u8] {
+        if let Bytes::Shared { .. } = self {
+            *self = Bytes::copy_from(self.as_slice());
+        }
+        self.as_mut_slice_unchecked()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Bytes::Owned { len, .. } => write!(f, "Bytes::Owned({len} B)"),
+            Bytes::Shared { range, .. } => write!(f, "Bytes::Shared({range:?})"),
+        }
+    }
+}
+
+/// Where a tensor's bytes live.
+#[derive(Debug, Clone)]
+pub enum Storage {
+    /// Host memory.
+    Cpu(Bytes),
+}
+
+/// A contiguous, row-major tensor.
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    storage: Storage,
+}
+
+fn numel_of(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+fn shape_str(shape: &[usize]) -> String {
+    format!("{shape:?}")
+}
+
+impl Tensor {
+    /// Wraps bytes as a tensor; the byte length must match dtype × shape.
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: Bytes) -> Result<Tensor> {
+        let need = numel_of(shape) * dtype.size();
+        ensure(
+            bytes.len() == need,
+            "Tensor::from_bytes",
+            "bytes",
+            format!("{need} bytes for {dtype} {}", shape_str(shape)),
+            format!("{} bytes", bytes.len()),
+        )?;
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            storage: Storage::Cpu(bytes),
+        })
+    }
+
+    /// A zero-filled tensor on the CPU.
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            storage: Storage::Cpu(Bytes::zeroed(numel_of(shape) * dtype.size())),
+        }
+    }
+
+    /// A CPU tensor holding a copy of `data`.
+    pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
+        ensure(
+            data.len() == numel_of(shape),
+            "Tensor::from_slice",
+            "data",
+            format!("{} elements for shape {}", numel_of(shape), shape_str(shape)),
+            format!("{} elements", data.len()),
+        )?;
+        Ok(Tensor {
+            dtype: T::DTYPE,
+            shape: shape.to_vec(),
+            storage: Storage::Cpu(Bytes::copy_from(bytemuck::cast_slice(data))),
+        })
+    }
+
+    /// A CPU tensor of float dtype `dtype` from f32 values (rounded).
+    pub fn from_f32(data: &[f32], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        match dtype {
+            DType::F32 => Tensor::from_slice(data, shape),
+            DType::F16 => Tensor::from_slice(&convert::<f16>(data), shape),
+            DType::Bf16 => Tensor::from_slice(&convert::<bf16>(data), shape),
+            other => Err(invalid("Tensor::from_f32", "dtype", "f32, f16 or bf16", other)),
+        }
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel_of(&self.shape)
+    }
+
+    /// Size of the data in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+
+    /// Device of the storage.
+    pub fn device(&self) -> Device {
+        match self.storage {
+            Storage::Cpu(_) => Device::Cpu,
+        }
+    }
+
+    /// The raw host bytes.
+    pub fn bytes(&self) -> Result<&[u8]> {
+        match &self.storage {
+            Storage::Cpu(b) => Ok(b.as_slice()),
+        }
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The same data with a new shape of equal element count.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        ensure(
+            numel_of(shape) == self.numel(),
+            "Tensor::reshape",
+            "shape",
+            format!("{} elements", self.numel()),
+            format!("{} ({} elements)", shape_str(shape), numel_of(shape)),
+        )?;
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            ..self.clone()
+        })
+    }
+
+    /// Typed view of the data; errors on a dtype mismatch or misaligned view.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        ensure(
+            self.dtype == T::DTYPE,
+            "Tensor::as_slice",
+            "T",
+            self.dtype,
+            T::DTYPE,
+        )?;
+        let b = self.bytes()?;
+        bytemuck::try_cast_slice(b).map_err(|e| {
+            invalid(
+                "Tensor::as_slice",
+                "storage",
+                format!("{}-byte aligned data", std::mem::align_of::<T>()),
+                e,
+            )
+        })
+    }
+
+    /// Mutable typed view (a shared view is copied first).
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T]> {
+        ensure(
+            self.dtype == T::DTYPE,
+            "Tensor::as_mut_slice",
+            "T",
+            self.dtype,
+            T::DTYPE,
+        )?;
+        let Storage::Cpu(b) = &mut self.storage;
+        bytemuck::try_cast_slice_mut(b.make_mut()).map_err(|e| {
+            invalid(
+                "Tensor::as_mut_slice",
+                "storage",
+                format!("{}-byte aligned data", std::mem::align_of::<T>()),
+                e,
+            )
+        })
+    }
+
+    /// The values widened to f32 (float dtypes only).
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        match self.dtype {
+            DType::F32 => Ok(self.as_slice::<f32>()?.to_vec()),
+            DType::F16 => Ok(widen(self.as_slice::<f16>()?)),
+            DType::Bf16 => Ok(widen(self.as_slice::<bf16>()?)),
+            other => Err(invalid("Tensor::to_f32_vec", "dtype", "f32, f16 or bf16", other)),
+        }
+    }
+
+    /// A copy with float dtype `dtype`.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        Tensor::from_f32(&self.to_f32_vec()?, &self.shape, dtype)
+    }
+}
+
+/// Rounds f32 values to a float type.
+pub fn convert<T: Float>(v: &[f32]) -> Vec<T> {
+    v.iter().map(|&x| T::from_f32(x)).collect()
+}
+
+/// Widens float values to f32.
+pub fn widen<T: Float>(v: &[T]) -> Vec<f32> {
+    v.iter().map(|&x| x.to_f32()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_reshape() {
+        let t = Tensor::from_f32(&[1.0, 2.0, 3.0, 4.0], &[2, 2], DType::Bf16).unwrap();
+        assert_eq!(t.to_f32_vec().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+        assert!(t.reshape(&[3]).is_err());
+        assert_eq!(t.reshape(&[4]).unwrap().shape(), &[4]);
+        assert!(t.as_slice::<f32>().is_err());
+    }
+
+    #[test]
+    fn shared_view_is_zero_copy_and_bounds_checked() {
+        let mem: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(vec![0u8; 64]);
+        assert!(Bytes::shared(mem.clone(), 8..72).is_err());
+        let b = Bytes::shared(mem.clone(), 8..24).unwrap();
+        let t = Tensor::from_bytes(DType::F32, &[4], b).unwrap();
+        assert_eq!(t.as_slice::<f32>().unwrap(), &[0.0; 4]);
+        assert!(Tensor::from_bytes(DType::F32, &[5], Bytes::zeroed(16)).is_err());
+    }
+}
