@@ -1,1 +1,167 @@
-//! The MoE block (TODO).
+//! The MoE block: route → sort → permute → grouped gate/up + SwiGLU →
+//! grouped down → weighted combine, plus an optional shared expert.
+//!
+//! ```text
+//! x [T,H] ─ router qmm ─ logits [T,E] ─ route ─ ids,weights [T,k]
+//!   │                                              │
+//!   └─ permute (expert order) ─ gather_swiglu ─ gather_mm(down) ─ unpermute(Σ w·y) ─┐
+//!   └─ shared expert: swiglu(x) · down  (× sigmoid(x·g) if gated) ──────────────────+─ out [T,H]
+//! ```
+
+use crate::device::Backend;
+use crate::error::{ensure, Result};
+use crate::format::QuantWeights;
+use crate::ops::act::{gather_swiglu_on, GateUp};
+use crate::ops::gather_mm::{gather_mm_on, qmm_on, RowExperts};
+use crate::ops::permute::{permute_on, unpermute_on};
+use crate::ops::route::{route_on, RouterConfig, Routing};
+use crate::ops::sort::expert_sort_on;
+use crate::ops::{check_float, check_shape};
+use crate::tensor::Tensor;
+
+/// A shared (always-on) expert, as in Qwen2-MoE, Qwen3-Next and DeepSeek.
+#[derive(Debug, Clone)]
+pub struct SharedExpert {
+    /// Gate and up weights, one expert: `[1, Is, H]`.
+    pub gate_up: GateUp,
+    /// Down weights `[1, H, Is]`.
+    pub down: QuantWeights,
+    /// Optional sigmoid gate `[1, 1, H]`: output × sigmoid(x · g).
+    pub gate: Option<QuantWeights>,
+}
+
+/// Everything an MoE block is made of.
+#[derive(Debug, Clone)]
+pub struct MoeBlockParts {
+    /// Routing rule, E and k.
+    pub router: RouterConfig,
+    /// Router weights, one matrix `[1, E, H]`.
+    pub router_weight: QuantWeights,
+    /// Routed experts' gate and up weights `[E, I, H]`.
+    pub gate_up: GateUp,
+    /// Routed experts' down weights `[E, H, I]`.
+    pub down: QuantWeights,
+    /// Optional shared expert.
+    pub shared: Option<SharedExpert>,
+}
+
+/// A validated MoE block.
+#[derive(Debug, Clone)]
+pub struct MoeBlock {
+    p: MoeBlockParts,
+}
+
+/// Intermediate results of a forward pass (for tests and benchmarks).
+#[derive(Debug, Clone)]
+pub struct MoeTrace {
+    /// The routing.
+    pub routing: Routing,
+    /// Output `[T, H]`.
+    pub out: Tensor,
+}
+
+impl MoeBlock {
+    /// Checks that all parts agree on E, H and I.
+    pub fn new(p: MoeBlockParts) -> Result<MoeBlock> {
+        const OP: &str = "MoeBlock::new";
+        let (e, h, i) = (p.router.n_experts, p.gate_up.hidden(), p.gate_up.intermediate());
+        let dims = |w: &QuantWeights| (w.n_experts(), w.rows(), w.cols());
+        ensure(dims(&p.router_weight) == (1, e, h), OP, "router_weight", format!("[1, {e}, {h}]"), format!("{:?}", dims(&p.router_weight)))?;
+        ensure(p.gate_up.n_experts() == e, OP, "gate_up", format!("{e} experts"), p.gate_up.n_experts())?;
+        ensure(dims(&p.down) == (e, h, i), OP, "down", format!("[{e}, {h}, {i}]"), format!("{:?}", dims(&p.down)))?;
+        ensure((1..=32).contains(&p.router.top_k) && p.router.top_k <= e, OP, "router.top_k", format!("1..={}", e.min(32)), p.router.top_k)?;
+        if let Some(s) = &p.shared {
+            let si = s.gate_up.intermediate();
+            ensure(s.gate_up.n_experts() == 1 && s.gate_up.hidden() == h, OP, "shared.gate_up", format!("1 expert of [_, {h}]"), format!("{} experts of [_, {}]", s.gate_up.n_experts(), s.gate_up.hidden()))?;
+            ensure(dims(&s.down) == (1, h, si), OP, "shared.down", format!("[1, {h}, {si}]"), format!("{:?}", dims(&s.down)))?;
+            if let Some(g) = &s.gate {
+                ensure(dims(g) == (1, 1, h), OP, "shared.gate", format!("[1, 1, {h}]"), format!("{:?}", dims(g)))?;
+            }
+        }
+        Ok(MoeBlock { p })
+    }
+
+    /// The parts.
+    pub fn parts(&self) -> &MoeBlockParts {
+        &self.p
+    }
+
+    /// Hidden size H.
+    pub fn hidden(&self) -> usize {
+        self.p.gate_up.hidden()
+    }
+
+    /// Runs the block on `x [T, H]` with the backend of `x`'s device.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self.forward_on(Backend::for_device(x.device())?, x)?.out)
+    }
+
+    /// Runs the block into a preallocated `out [T, H]` of `x`'s dtype.
+    pub fn forward_into(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
+        check_shape("MoeBlock::forward_into", "out", out, x.shape())?;
+        ensure(out.dtype() == x.dtype(), "MoeBlock::forward_into", "out", format!("dtype {}", x.dtype()), out.dtype())?;
+        let y = self.forward(x)?;
+        out.bytes_mut()?.copy_from_slice(y.bytes()?);
+        Ok(())
+    }
+
+    /// Runs the block with an explicit backend and returns the routing too.
+    pub fn forward_on(&self, backend: Backend, x: &Tensor) -> Result<MoeTrace> {
+        const OP: &str = "MoeBlock::forward";
+        check_float(OP, "x", x, 2)?;
+        let h = self.hidden();
+        ensure(x.shape()[1] == h, OP, "x", format!("[T, {h}]"), format!("{:?}", x.shape()))?;
+        let p = &self.p;
+        let logits = qmm_on(backend, x, &p.router_weight)?;
+        let routing = route_on(backend, &logits, &p.router)?;
+        let sort = expert_sort_on(backend, &routing.ids, p.router.n_experts)?;
+        let xs = permute_on(backend, x, &sort)?;
+        let rows = RowExperts::Sorted(&sort.offsets);
+        let act = gather_swiglu_on(backend, &xs, &p.gate_up, rows)?;
+        let ys = gather_mm_on(backend, &act, &p.down, rows)?;
+        let mut out = unpermute_on(backend, &ys, &sort, &routing.weights)?;
+        if let Some(s) = &p.shared {
+            let one = Tensor::from_slice(&[0u32, x.shape()[0] as u32], &[2])?;
+            let sa = gather_swiglu_on(backend, x, &s.gate_up, RowExperts::Sorted(&one))?;
+            let sy = qmm_on(backend, &sa, &s.down)?.to_f32_vec()?;
+            let gates = match &s.gate {
+                Some(g) => Some(qmm_on(backend, x, g)?.to_f32_vec()?),
+                None => None,
+            };
+            let mut o = out.to_f32_vec()?;
+            for (t, row) in o.chunks_exact_mut(h).enumerate() {
+                let g = gates.as_ref().map_or(1.0, |g| 1.0 / (1.0 + (-g[t]).exp()));
+                for (v, &s) in row.iter_mut().zip(&sy[t * h..(t + 1) * h]) {
+                    *v += g * s;
+                }
+            }
+            out = Tensor::from_f32(&o, x.shape(), x.dtype())?;
+        }
+        Ok(MoeTrace { routing, out })
+    }
+
+    /// Bytes of weights a forward pass reads for `routing`: the router plus
+    /// every distinct selected expert (and the shared expert).
+    pub fn weight_bytes_touched(&self, routing: &Routing) -> Result<usize> {
+        let p = &self.p;
+        let mut used = vec![false; p.router.n_experts];
+        for &e in routing.ids.as_slice::<u32>()? {
+            if let Some(u) = used.get_mut(e as usize) {
+                *u = true;
+            }
+        }
+        let per_expert = p.gate_up.bytes_per_expert() + p.down.bytes_per_expert();
+        let shared = p.shared.as_ref().map_or(0, |s| {
+            s.gate_up.bytes_per_expert() + s.down.bytes_per_expert() + s.gate.as_ref().map_or(0, |g| g.bytes_per_expert())
+        });
+        Ok(p.router_weight.bytes_per_expert() + used.iter().filter(|&&u| u).count() * per_expert + shared)
+    }
+
+    /// FLOPs of a forward pass over `t` tokens (2 per multiply-add).
+    pub fn flops(&self, t: usize) -> usize {
+        let p = &self.p;
+        let (e, h, i, k) = (p.router.n_experts, self.hidden(), p.gate_up.intermediate(), p.router.top_k);
+        let shared = p.shared.as_ref().map_or(0, |s| 3 * h * s.gate_up.intermediate());
+        2 * t * (e * h + k * 3 * h * i + shared)
+    }
+}

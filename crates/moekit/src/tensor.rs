@@ -218,6 +218,13 @@ impl Tensor {
         }
     }
 
+    /// The raw host bytes, mutable (a shared view is copied first).
+    pub fn bytes_mut(&mut self) -> Result<&mut [u8]> {
+        match &mut self.storage {
+            Storage::Cpu(b) => Ok(b.make_mut()),
+        }
+    }
+
     /// The storage.
     pub fn storage(&self) -> &Storage {
         &self.storage

@@ -1,1 +1,151 @@
-//! TODO
+//! Activations: SwiGLU `silu(gate) · up`, elementwise and fused with the
+//! grouped gate and up projections (one pass over both weight matrices).
+
+use crate::device::Backend;
+use crate::error::{ensure, Result};
+use crate::format::QuantWeights;
+use crate::ops::gather_mm::{segments, RowExperts};
+use crate::ops::{check_float, check_shape};
+use crate::tensor::Tensor;
+
+/// `silu(g) = g · sigmoid(g)`, in f32.
+#[inline]
+pub fn silu(g: f32) -> f32 {
+    g / (1.0 + (-g).exp())
+}
+
+/// Elementwise `silu(gate) · up` with the backend of `gate`'s device.
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    swiglu_on(Backend::for_device(gate.device())?, gate, up)
+}
+
+/// [`swiglu`] with an explicit backend; `gate` and `up` share shape and dtype.
+pub fn swiglu_on(backend: Backend, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    const OP: &str = "swiglu";
+    check_float(OP, "gate", gate, gate.rank())?;
+    check_shape(OP, "up", up, gate.shape())?;
+    ensure(up.dtype() == gate.dtype(), OP, "up", format!("dtype {}", gate.dtype()), up.dtype())?;
+    let (g, u) = (gate.to_f32_vec()?, up.to_f32_vec()?);
+    let out: Vec<f32> = match backend {
+        Backend::CpuReference => g.iter().zip(&u).map(|(&g, &u)| ((g as f64 / (1.0 + (-g as f64).exp())) * u as f64) as f32).collect(),
+        Backend::CpuFast => {
+            use rayon::prelude::*;
+            g.par_iter().zip(&u).map(|(&g, &u)| silu(g) * u).collect()
+        }
+    };
+    Tensor::from_f32(&out, gate.shape(), gate.dtype())
+}
+
+/// Gate and up projection weights of a SwiGLU expert FFN.
+#[derive(Debug, Clone)]
+pub enum GateUp {
+    /// Two `[E, I, H]` matrices.
+    Separate {
+        /// gate_proj.
+        gate: QuantWeights,
+        /// up_proj.
+        up: QuantWeights,
+    },
+    /// One `[E, 2I, H]` matrix: rows `0..I` gate, rows `I..2I` up.
+    Fused(QuantWeights),
+}
+
+impl GateUp {
+    /// Separate gate and up weights; they must agree on E, I and H.
+    pub fn separate(gate: QuantWeights, up: QuantWeights) -> Result<GateUp> {
+        const OP: &str = "GateUp::separate";
+        let dims = |w: &QuantWeights| (w.n_experts(), w.rows(), w.cols());
+        ensure(dims(&up) == dims(&gate), OP, "up", format!("(E, I, H) = {:?} like gate", dims(&gate)), format!("{:?}", dims(&up)))?;
+        Ok(GateUp::Separate { gate, up })
+    }
+
+    /// Fused `[E, 2I, H]` weights (gate rows first).
+    pub fn fused(w: QuantWeights) -> Result<GateUp> {
+        ensure(w.rows() % 2 == 0, "GateUp::fused", "w", "an even number of rows (2·I)", w.rows())?;
+        Ok(GateUp::Fused(w))
+    }
+
+    /// E.
+    pub fn n_experts(&self) -> usize {
+        match self {
+            GateUp::Separate { gate, .. } => gate.n_experts(),
+            GateUp::Fused(w) => w.n_experts(),
+        }
+    }
+
+    /// I, the intermediate size.
+    pub fn intermediate(&self) -> usize {
+        match self {
+            GateUp::Separate { gate, .. } => gate.rows(),
+            GateUp::Fused(w) => w.rows() / 2,
+        }
+    }
+
+    /// H, the input size.
+    pub fn hidden(&self) -> usize {
+        match self {
+            GateUp::Separate { gate, .. } => gate.cols(),
+            GateUp::Fused(w) => w.cols(),
+        }
+    }
+
+    /// Bytes of one expert's gate and up weights.
+    pub fn bytes_per_expert(&self) -> usize {
+        match self {
+            GateUp::Separate { gate, up } => gate.bytes_per_expert() + up.bytes_per_expert(),
+            GateUp::Fused(w) => w.bytes_per_expert(),
+        }
+    }
+
+    /// The two weight sources (matrix, first row) of gate and up.
+    fn sources(&self) -> [(&QuantWeights, usize); 2] {
+        match self {
+            GateUp::Separate { gate, up } => [(gate, 0), (up, 0)],
+            GateUp::Fused(w) => [(w, 0), (w, w.rows() / 2)],
+        }
+    }
+}
+
+/// Fused grouped `silu(x·Wgᵀ) · (x·Wuᵀ)` with the backend of `x`'s device:
+/// `x [M, H]` → `[M, I]` in `x`'s dtype.
+pub fn gather_swiglu(x: &Tensor, w: &GateUp, experts: RowExperts<'_>) -> Result<Tensor> {
+    gather_swiglu_on(Backend::for_device(x.device())?, x, w, experts)
+}
+
+/// [`gather_swiglu`] with an explicit backend.
+pub fn gather_swiglu_on(backend: Backend, x: &Tensor, w: &GateUp, experts: RowExperts<'_>) -> Result<Tensor> {
+    const OP: &str = "gather_swiglu";
+    check_float(OP, "x", x, 2)?;
+    let (m, h) = (x.shape()[0], x.shape()[1]);
+    ensure(h == w.hidden(), OP, "x", format!("{} columns (H of the weights)", w.hidden()), h)?;
+    let segs = segments(OP, experts, m, w.n_experts())?;
+    let xv = x.to_f32_vec()?;
+    let i = w.intermediate();
+    let out = match backend {
+        Backend::CpuReference => {
+            let [(gw, go), (uw, uo)] = w.sources();
+            let mut out = vec![0f32; m * i];
+            for seg in &segs {
+                let (gm, um) = (gw.dequantize_expert(seg.expert)?, uw.dequantize_expert(seg.expert)?);
+                for &r in &seg.rows {
+                    let xr = &xv[r as usize * h..(r as usize + 1) * h];
+                    for n in 0..i {
+                        let dot = |wm: &[f32], row: usize| -> f64 {
+                            xr.iter().zip(&wm[row * h..(row + 1) * h]).map(|(&a, &b)| a as f64 * b as f64).sum()
+                        };
+                        let (g, u) = (dot(&gm, go + n), dot(&um, uo + n));
+                        out[r as usize * i + n] = (g / (1.0 + (-g).exp()) * u) as f32;
+                    }
+                }
+            }
+            out
+        }
+        Backend::CpuFast => {
+            use crate::cpu::fast::gather_mm::{project, Source};
+            let [(gw, go), (uw, uo)] = w.sources();
+            let src = [Source { dec: gw.decoder()?, row_offset: go }, Source { dec: uw.decoder()?, row_offset: uo }];
+            project(&xv, m, &segs, src, i, |[g, u]| silu(g) * u)?
+        }
+    };
+    Tensor::from_f32(&out, &[m, i], x.dtype())
+}

@@ -1,1 +1,4 @@
 //! Fast CPU implementations: rayon parallelism and cache-friendly blocking.
+pub mod sort;
+pub mod permute;
+pub mod gather_mm;

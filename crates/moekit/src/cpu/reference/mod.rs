@@ -1,1 +1,4 @@
 //! The simple, obviously-right CPU implementations every other backend is tested against.
+pub mod sort;
+pub mod permute;
+pub mod gather_mm;
