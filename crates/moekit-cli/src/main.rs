@@ -1,2 +1,37 @@
 //! The `moekit` command-line tool.
-fn main() {}
+//!
+//! * `moekit bench` — times whole MoE blocks of real model shapes on synthetic
+//!   weights against the machine's measured memory bandwidth.
+
+mod bench;
+mod presets;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "moekit", version, about = "Mixture-of-Experts layers of quantized LLMs at the speed limit of the hardware")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Time the MoE block of a model preset on synthetic weights.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Bench(a) => bench::run(&a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("moekit: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

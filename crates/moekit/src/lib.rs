@@ -25,6 +25,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod format;
+pub mod load;
 pub mod moe;
 pub mod npy;
 pub mod ops;

@@ -12,6 +12,7 @@
 
 pub mod affine;
 pub mod ggml;
+pub mod random;
 
 use crate::dtype::{DType, Float};
 use crate::error::{ensure, invalid, Result};

@@ -1,0 +1,205 @@
+//! `moekit bench`: whole-MoE-block timings on synthetic weights of real model
+//! shapes, against the machine's memory read bandwidth measured in the same run.
+
+use crate::presets::{self, Preset};
+use indicatif::{ProgressBar, ProgressStyle};
+use moekit::format::random::random_weights;
+use moekit::moe::{MoeBlock, MoeBlockParts, SharedExpert};
+use moekit::ops::act::GateUp;
+use moekit::ops::route::RouterConfig;
+use moekit::{Backend, DType, Device, Tensor, WeightFormat};
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Arguments of `moekit bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Model preset (qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite, gpt-oss-20b, qwen3-next-80b).
+    #[arg(long, default_value = "qwen3-30b-a3b")]
+    pub preset: String,
+    /// Expert weight formats, comma separated (q4_0, q8_0, q4_k, affine4, affine8-g32, bf16, ...), or `all`.
+    #[arg(long, default_value = "q4_0", value_delimiter = ',')]
+    pub format: Vec<String>,
+    /// Token counts T per MoE call, comma separated.
+    #[arg(long, default_value = "1,32", value_delimiter = ',')]
+    pub tokens: Vec<usize>,
+    /// Device: cpu (cuda arrives with the CUDA backend).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Activation dtype: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Seed of the synthetic weights and inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Minimum measuring time per case, in seconds (at least 5 repeats).
+    #[arg(long, default_value_t = 1.0)]
+    pub min_time: f64,
+}
+
+#[derive(Serialize)]
+struct CaseResult {
+    format: String,
+    tokens: usize,
+    median_ms: f64,
+    repeats: usize,
+    weight_bytes: usize,
+    gb_per_s: f64,
+    pct_of_read_bw: f64,
+    gflop_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    preset: String,
+    device: String,
+    dtype: String,
+    threads: usize,
+    read_bw_gb_per_s: f64,
+    cases: Vec<CaseResult>,
+}
+
+type AnyErr = Box<dyn std::error::Error>;
+
+/// Median of the timings of `f` in seconds: warm-up, then ≥ 5 runs and ≥ `min_time`.
+fn time_median(min_time: f64, mut f: impl FnMut() -> Result<(), AnyErr>) -> Result<(f64, usize), AnyErr> {
+    f()?;
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 5 || (start.elapsed().as_secs_f64() < min_time && times.len() < 1000) {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], times.len()))
+}
+
+/// Read bandwidth of host memory in GB/s: a parallel sum over a 1 GiB buffer, median of 7.
+fn measure_read_bandwidth() -> Result<f64, AnyErr> {
+    let words = vec![1u64; (1usize << 30) / 8];
+    let (t, _) = time_median(0.0, || {
+        let s: u64 = words
+            .par_chunks(1 << 16)
+            .map(|c| {
+                let mut acc = [0u64; 8];
+                for w in c.chunks_exact(8) {
+                    for i in 0..8 {
+                        acc[i] = acc[i].wrapping_add(w[i]);
+                    }
+                }
+                acc.iter().fold(0u64, |a, &b| a.wrapping_add(b))
+            })
+            .sum();
+        black_box(s);
+        Ok(())
+    })?;
+    Ok((words.len() * 8) as f64 / t / 1e9)
+}
+
+fn build_block(p: &Preset, format: WeightFormat, seed: u64, bar: &ProgressBar) -> Result<MoeBlock, AnyErr> {
+    let (e, h, i) = (p.n_experts, p.hidden, p.intermediate);
+    let tick = || bar.inc(1);
+    let rw = |f, n_exp, rows, cols, s| random_weights(f, n_exp, rows, cols, DType::F16, seed.wrapping_add(s), &tick);
+    let router_weight = rw(WeightFormat::Dense(DType::F32), 1, e, h, 1)?;
+    let gate_up = GateUp::separate(rw(format, e, i, h, 2)?, rw(format, e, i, h, 3)?)?;
+    let down = rw(format, e, h, i, 4)?;
+    let shared = match p.shared {
+        (0, _) => None,
+        (si, gated) => Some(SharedExpert {
+            gate_up: GateUp::separate(rw(format, 1, si, h, 5)?, rw(format, 1, si, h, 6)?)?,
+            down: rw(format, 1, h, si, 7)?,
+            gate: if gated { Some(rw(WeightFormat::Dense(DType::F32), 1, 1, h, 8)?) } else { None },
+        }),
+    };
+    let router = RouterConfig { kind: p.router.clone(), n_experts: e, top_k: p.top_k };
+    Ok(MoeBlock::new(MoeBlockParts { router, router_weight, gate_up, down, shared })?)
+}
+
+fn parse_formats(names: &[String]) -> Result<Vec<WeightFormat>, AnyErr> {
+    if names.iter().any(|n| n == "all") {
+        return Ok(WeightFormat::all());
+    }
+    Ok(names.iter().map(|n| WeightFormat::parse(n)).collect::<Result<_, _>>()?)
+}
+
+/// Runs the benchmark and prints the table.
+pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
+    let preset = presets::find(&a.preset)
+        .ok_or_else(|| format!("unknown preset {:?}; known: {}", a.preset, presets::names()))?;
+    let device = Device::parse(&a.device)?;
+    let backend = Backend::for_device(device)?;
+    let dtype = DType::parse(&a.dtype)
+        .filter(|d| d.is_float())
+        .ok_or_else(|| format!("--dtype must be f32, f16 or bf16, got {:?}", a.dtype))?;
+    let formats = parse_formats(&a.format)?;
+    if a.tokens.is_empty() || a.tokens.contains(&0) {
+        return Err("--tokens needs positive token counts, e.g. 1,32,512".into());
+    }
+    let threads = rayon::current_num_threads();
+    eprintln!("measuring host read bandwidth ({threads} threads)...");
+    let bw = measure_read_bandwidth()?;
+    println!(
+        "preset {} (E={} k={} H={} I={}), device {device}, activations {dtype}, {threads} threads, read bandwidth {bw:.1} GB/s",
+        preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
+    );
+    println!("{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9}", "format", "T", "median ms", "weight MB", "GB/s", "% bw", "GFLOP/s");
+    let mut cases = Vec::new();
+    for format in formats {
+        let n_mats = 3 * preset.n_experts as u64 + if preset.shared.0 > 0 { 3 } else { 0 } + 2;
+        let bar = ProgressBar::new(n_mats).with_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} expert matrices")
+                .map_err(|e| e.to_string())?,
+        );
+        bar.set_message(format!("generating {format} weights"));
+        let block = build_block(&preset, format, a.seed, &bar)?;
+        bar.finish_and_clear();
+        for &t in &a.tokens {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed ^ t as u64);
+            let xv: Vec<f32> = (0..t * preset.hidden).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
+            let x = Tensor::from_f32(&xv, &[t, preset.hidden], dtype)?;
+            let trace = block.forward_on(backend, &x)?;
+            let bytes = block.weight_bytes_touched(&trace.routing)?;
+            let (secs, repeats) = time_median(a.min_time, || {
+                black_box(block.forward_on(backend, &x)?);
+                Ok(())
+            })?;
+            let gbs = bytes as f64 / secs / 1e9;
+            let r = CaseResult {
+                format: format.to_string(),
+                tokens: t,
+                median_ms: secs * 1e3,
+                repeats,
+                weight_bytes: bytes,
+                gb_per_s: gbs,
+                pct_of_read_bw: 100.0 * gbs / bw,
+                gflop_per_s: block.flops(t) as f64 / secs / 1e9,
+            };
+            println!(
+                "{:<14} {:>6} {:>10.3} {:>12.1} {:>9.2} {:>6.1}% {:>9.2}",
+                r.format, t, r.median_ms, bytes as f64 / 1e6, r.gb_per_s, r.pct_of_read_bw, r.gflop_per_s
+            );
+            cases.push(r);
+        }
+    }
+    if let Some(path) = &a.json {
+        let report = Report {
+            preset: preset.name.to_string(),
+            device: device.to_string(),
+            dtype: dtype.to_string(),
+            threads,
+            read_bw_gb_per_s: bw,
+            cases,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
