@@ -6,7 +6,8 @@ mod common_util;
 use common_util::{nmse, random_tensor, rng};
 use moekit::format::random::random_weights;
 use moekit::ops::act::{gather_swiglu_on, swiglu_on, GateUp};
-use moekit::ops::gather_mm::{gather_mm_on, qmm_on, RowExperts};
+use moekit::cpu::fast::gather_mm::{gather_mm_with, Strategy};
+use moekit::ops::gather_mm::{gather_mm_on, qmm_on, segments, GatherMmArgs, RowExperts};
 use moekit::ops::permute::{permute_on, unpermute_on};
 use moekit::ops::sort::expert_sort_on;
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
@@ -64,6 +65,16 @@ fn gather_mm_fast_equals_reference_for_every_format() {
             for rows in [RowExperts::PerRow(&idt), RowExperts::Sorted(&off)] {
                 let fast = gather_mm_on(Backend::CpuFast, &x, &w, rows).unwrap();
                 check_close(&format!("gather_mm {f} {name}"), &fast, &refr, NMSE_FAST_VS_REF);
+            }
+            // Force each fast-path strategy on every format.
+            let xv = x.to_f32_vec().unwrap();
+            let segs = segments("test", RowExperts::PerRow(&idt), m, e).unwrap();
+            let args = GatherMmArgs { x: &xv, m, w: &w, segments: &segs };
+            let rv = refr.to_f32_vec().unwrap();
+            for st in [Strategy::FusedDot, Strategy::DecodeOnce] {
+                let got = gather_mm_with(&args, st).unwrap();
+                let err = nmse(&got, &rv);
+                assert!(err <= NMSE_FAST_VS_REF, "gather_mm {f} {name} {st:?}: NMSE {err:e}");
             }
         }
     }

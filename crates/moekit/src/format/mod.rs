@@ -357,37 +357,116 @@ fn widen_into<T: Float>(src: &[T], out: &mut [f32]) {
     }
 }
 
-impl RowDecoder<'_> {
-    /// Writes row `n` of expert `e`, dequantized, into `out` (`len == K`).
-    pub fn decode(&self, e: usize, n: usize, out: &mut [f32]) -> Result<()> {
-        const OP: &str = "RowDecoder::decode";
-        ensure(out.len() == self.cols, OP, "out", format!("len {}", self.cols), out.len())?;
-        ensure(n < self.rows, OP, "n", format!("< {}", self.rows), n)?;
+/// Per-group scales or biases of one row, in their stored dtype.
+#[derive(Clone, Copy, Debug)]
+pub enum ScaleRow<'a> {
+    /// f32.
+    F32(&'a [f32]),
+    /// f16.
+    F16(&'a [f16]),
+    /// bf16.
+    Bf16(&'a [bf16]),
+}
+
+impl ScaleRow<'_> {
+    /// Value `i` widened to f32.
+    #[inline]
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            ScaleRow::F32(v) => v[i],
+            ScaleRow::F16(v) => v[i].to_f32(),
+            ScaleRow::Bf16(v) => v[i].to_f32(),
+        }
+    }
+}
+
+/// One row of one expert exactly as stored (no dequantization).
+#[derive(Clone, Copy, Debug)]
+pub enum RawRow<'a> {
+    /// Dense f32.
+    F32(&'a [f32]),
+    /// Dense f16.
+    F16(&'a [f16]),
+    /// Dense bf16.
+    Bf16(&'a [bf16]),
+    /// MLX packed affine.
+    Affine {
+        /// Bits and group size.
+        params: AffineParams,
+        /// Packed words, `K·bits/32`.
+        words: &'a [u32],
+        /// Scales, `K/group_size`.
+        scales: ScaleRow<'a>,
+        /// Biases, `K/group_size`.
+        biases: ScaleRow<'a>,
+    },
+    /// mlx-native unpacked affine.
+    AffineU8 {
+        /// Group size.
+        group_size: usize,
+        /// One code per weight.
+        codes: &'a [u8],
+        /// Scales.
+        scales: &'a [f32],
+        /// Biases.
+        biases: &'a [f32],
+    },
+    /// GGUF blocks.
+    Ggml(GgmlType, &'a [u8]),
+}
+
+impl<'a> RowDecoder<'a> {
+    /// The stored bytes of row `n` of expert `e`.
+    pub fn raw_row(&self, e: usize, n: usize) -> Result<RawRow<'a>> {
+        const OP: &str = "RowDecoder::raw_row";
+        // Hot path: build error messages only on failure.
+        if n >= self.rows {
+            return Err(invalid(OP, "n", format!("< {}", self.rows), n));
+        }
         let r = e * self.rows + n;
         let k = self.cols;
         let nr = self.len_rows();
-        ensure(r < nr, OP, "e", format!("< {}", nr / self.rows), e)?;
-        match self.kind {
-            DecoderKind::F32(d) => out.copy_from_slice(row_of(d, r, k)),
-            DecoderKind::F16(d) => widen_into(row_of(d, r, k), out),
-            DecoderKind::Bf16(d) => widen_into(row_of(d, r, k), out),
-            DecoderKind::Affine(p, d, sv) => {
-                let w = row_of(d, r, k * p.bits as usize / 32);
-                let g = k / p.group_size;
-                match sv {
-                    ScaleViews::F32(s, b) => affine::dequantize_row(p.bits, p.group_size, w, row_of(s, r, g), row_of(b, r, g), out)?,
-                    ScaleViews::F16(s, b) => affine::dequantize_row(p.bits, p.group_size, w, row_of(s, r, g), row_of(b, r, g), out)?,
-                    ScaleViews::Bf16(s, b) => affine::dequantize_row(p.bits, p.group_size, w, row_of(s, r, g), row_of(b, r, g), out)?,
-                }
+        if r >= nr {
+            return Err(invalid(OP, "e", format!("< {}", nr / self.rows), e));
+        }
+        let sv = |v: ScaleViews<'a>, g: usize| match v {
+            ScaleViews::F32(s, b) => (ScaleRow::F32(row_of(s, r, g)), ScaleRow::F32(row_of(b, r, g))),
+            ScaleViews::F16(s, b) => (ScaleRow::F16(row_of(s, r, g)), ScaleRow::F16(row_of(b, r, g))),
+            ScaleViews::Bf16(s, b) => (ScaleRow::Bf16(row_of(s, r, g)), ScaleRow::Bf16(row_of(b, r, g))),
+        };
+        Ok(match self.kind {
+            DecoderKind::F32(d) => RawRow::F32(row_of(d, r, k)),
+            DecoderKind::F16(d) => RawRow::F16(row_of(d, r, k)),
+            DecoderKind::Bf16(d) => RawRow::Bf16(row_of(d, r, k)),
+            DecoderKind::Affine(params, d, v) => {
+                let (scales, biases) = sv(v, k / params.group_size);
+                RawRow::Affine { params, words: row_of(d, r, k * params.bits as usize / 32), scales, biases }
             }
-            DecoderKind::AffineU8(gs, d, s, b) => {
-                let g = k / gs;
-                affine::dequantize_u8_row(gs, row_of(d, r, k), row_of(s, r, g), row_of(b, r, g), out)?
+            DecoderKind::AffineU8(group_size, d, s, b) => {
+                let g = k / group_size;
+                RawRow::AffineU8 { group_size, codes: row_of(d, r, k), scales: row_of(s, r, g), biases: row_of(b, r, g) }
             }
-            DecoderKind::Ggml(t, d) => {
-                let rb = k / t.block_size() * t.type_size();
-                ggml::dequantize_row(t, row_of(d, r, rb), out)?
-            }
+            DecoderKind::Ggml(t, d) => RawRow::Ggml(t, row_of(d, r, k / t.block_size() * t.type_size())),
+        })
+    }
+
+    /// Writes row `n` of expert `e`, dequantized, into `out` (`len == K`).
+    pub fn decode(&self, e: usize, n: usize, out: &mut [f32]) -> Result<()> {
+        if out.len() != self.cols {
+            return Err(invalid("RowDecoder::decode", "out", format!("len {}", self.cols), out.len()));
+        }
+        match self.raw_row(e, n)? {
+            RawRow::F32(w) => out.copy_from_slice(w),
+            RawRow::F16(w) => widen_into(w, out),
+            RawRow::Bf16(w) => widen_into(w, out),
+            RawRow::Affine { params: p, words, scales, biases } => match (scales, biases) {
+                (ScaleRow::F32(s), ScaleRow::F32(b)) => affine::dequantize_row(p.bits, p.group_size, words, s, b, out)?,
+                (ScaleRow::F16(s), ScaleRow::F16(b)) => affine::dequantize_row(p.bits, p.group_size, words, s, b, out)?,
+                (ScaleRow::Bf16(s), ScaleRow::Bf16(b)) => affine::dequantize_row(p.bits, p.group_size, words, s, b, out)?,
+                _ => return Err(invalid("RowDecoder::decode", "biases", "the dtype of scales", "another dtype")),
+            },
+            RawRow::AffineU8 { group_size, codes, scales, biases } => affine::dequantize_u8_row(group_size, codes, scales, biases, out)?,
+            RawRow::Ggml(t, bytes) => ggml::dequantize_row(t, bytes, out)?,
         }
         Ok(())
     }

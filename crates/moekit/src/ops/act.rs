@@ -141,10 +141,10 @@ pub fn gather_swiglu_on(backend: Backend, x: &Tensor, w: &GateUp, experts: RowEx
             out
         }
         Backend::CpuFast => {
-            use crate::cpu::fast::gather_mm::{project, Source};
+            use crate::cpu::fast::gather_mm::{project, Source, Strategy};
             let [(gw, go), (uw, uo)] = w.sources();
             let src = [Source { dec: gw.decoder()?, row_offset: go }, Source { dec: uw.decoder()?, row_offset: uo }];
-            project(&xv, m, &segs, src, i, |[g, u]| silu(g) * u)?
+            project(Strategy::Auto, &xv, m, &segs, src, i, |[g, u]| silu(g) * u)?
         }
     };
     Tensor::from_f32(&out, &[m, i], x.dtype())

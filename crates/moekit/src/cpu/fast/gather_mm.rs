@@ -7,6 +7,7 @@
 //! [`project`] is generic over the number of weight sources `P` so the fused
 //! gate+up+SwiGLU reuses the same engine with `P = 2`.
 
+use super::dot::{dot_row, XSums};
 use crate::error::Result;
 use crate::format::RowDecoder;
 use crate::ops::gather_mm::{GatherMmArgs, Segment};
@@ -35,6 +36,32 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// How [`project`] computes its work items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Dequantize each weight row once into an L2-sized buffer, then dot it
+    /// with every activation row of the segment (prefill: many rows/expert).
+    DecodeOnce,
+    /// Dot each activation row straight from the packed weights, widening
+    /// codes in registers (decode: few rows/expert).
+    FusedDot,
+    /// `FusedDot` for segments of at most [`FUSED_MAX_ROWS`] rows, else `DecodeOnce`.
+    Auto,
+}
+
+/// Largest segment [`Strategy::Auto`] runs with [`Strategy::FusedDot`].
+pub const FUSED_MAX_ROWS: usize = 4;
+
+impl Strategy {
+    fn fused_for(self, rows: usize) -> bool {
+        match self {
+            Strategy::DecodeOnce => false,
+            Strategy::FusedDot => true,
+            Strategy::Auto => rows <= FUSED_MAX_ROWS,
+        }
+    }
+}
+
 /// One weight source of a projection: expert rows `row_offset..row_offset+N`.
 #[derive(Clone, Copy)]
 pub struct Source<'a> {
@@ -48,6 +75,7 @@ pub struct Source<'a> {
 /// for every row `r` of every segment and `n < n_out`. Rows of `x` that no
 /// segment names are left zero.
 pub fn project<const P: usize, F>(
+    strategy: Strategy,
     x: &[f32],
     m: usize,
     segments: &[Segment],
@@ -59,6 +87,11 @@ where
     F: Fn([f32; P]) -> f32 + Sync,
 {
     let k = sources.first().map_or(0, |s| s.dec.cols());
+    let any_fused = segments.iter().any(|s| strategy.fused_for(s.rows.len()));
+    let sums: Vec<XSums> = match (any_fused, k) {
+        (true, 1..) => x.chunks_exact(k).map(XSums::new).collect(),
+        _ => Vec::new(),
+    };
     let threads = rayon::current_num_threads().max(1);
     // Enough items to balance the threads; a block's decoded rows stay ≤ 256 KiB.
     let by_balance = (n_out * segments.len()).div_ceil(threads * 8).clamp(4, 64);
@@ -72,6 +105,22 @@ where
         .map_init(Vec::<f32>::new, |buf, &(s, n0)| -> Result<Vec<f32>> {
             let seg = &segments[s];
             let nbh = nb.min(n_out - n0);
+            if strategy.fused_for(seg.rows.len()) {
+                buf.resize(k, 0.0);
+                let mut local = vec![0f32; seg.rows.len() * nbh];
+                for i in 0..nbh {
+                    for (ri, &r) in seg.rows.iter().enumerate() {
+                        let r = r as usize;
+                        let xr = &x[r * k..(r + 1) * k];
+                        let mut v = [0f32; P];
+                        for (vp, src) in v.iter_mut().zip(&sources) {
+                            *vp = dot_row(&src.dec, seg.expert, src.row_offset + n0 + i, xr, &sums[r], buf)?;
+                        }
+                        local[ri * nbh + i] = combine(v);
+                    }
+                }
+                return Ok(local);
+            }
             buf.resize(P * nbh * k, 0.0);
             for i in 0..nbh {
                 for (p, src) in sources.iter().enumerate() {
@@ -105,8 +154,13 @@ where
     Ok(out)
 }
 
-/// `[M, N]` result of a validated grouped matmul.
+/// `[M, N]` result of a validated grouped matmul ([`Strategy::Auto`]).
 pub fn gather_mm(a: &GatherMmArgs<'_>) -> Result<Vec<f32>> {
+    gather_mm_with(a, Strategy::Auto)
+}
+
+/// [`gather_mm`] with an explicit strategy (tests force each path).
+pub fn gather_mm_with(a: &GatherMmArgs<'_>, strategy: Strategy) -> Result<Vec<f32>> {
     let src = Source { dec: a.w.decoder()?, row_offset: 0 };
-    project(a.x, a.m, a.segments, [src], a.w.rows(), |[v]| v)
+    project(strategy, a.x, a.m, a.segments, [src], a.w.rows(), |[v]| v)
 }

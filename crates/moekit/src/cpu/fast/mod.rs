@@ -2,3 +2,6 @@
 pub mod sort;
 pub mod permute;
 pub mod gather_mm;
+pub mod route;
+pub mod norm;
+pub mod dot;
