@@ -37,6 +37,9 @@ pub fn swiglu_on(backend: Backend, gate: &Tensor, up: &Tensor) -> Result<Tensor>
 }
 
 /// Gate and up projection weights of a SwiGLU expert FFN.
+// Long-lived weight handles, built once per layer: the size gap between
+// variants costs nothing, boxing would add an indirection to every use.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum GateUp {
     /// Two `[E, I, H]` matrices.

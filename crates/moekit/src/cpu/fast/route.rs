@@ -77,7 +77,9 @@ impl TopK {
     #[inline(always)]
     fn push(&mut self, key: f32, i: usize) {
         if self.len == self.cap {
-            let last = self.len - 1;
+            let Some(last) = self.len.checked_sub(1) else {
+                return; // cap 0: keeps nothing
+            };
             if !ranks_before(key, i, self.key[last], self.idx[last]) {
                 return;
             }

@@ -2,3 +2,5 @@
 pub mod sort;
 pub mod permute;
 pub mod gather_mm;
+pub mod route;
+pub mod norm;
