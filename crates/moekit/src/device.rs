@@ -44,6 +44,8 @@ pub enum Backend {
     CpuReference,
     /// The fast CPU path (`cpu::fast`): rayon + cache blocking.
     CpuFast,
+    /// The CUDA backend (`cuda::ops`), on the device of the op's tensors.
+    Cuda,
 }
 
 impl Backend {
@@ -51,10 +53,7 @@ impl Backend {
     pub fn for_device(device: Device) -> Result<Backend> {
         match device {
             Device::Cpu => Ok(Backend::CpuFast),
-            Device::Cuda(_) => Err(crate::error::unsupported(
-                "Backend::for_device",
-                "this build has no CUDA backend yet",
-            )),
+            Device::Cuda(n) => crate::cuda::device(n).map(|_| Backend::Cuda),
         }
     }
 }

@@ -48,6 +48,37 @@ pub enum Error {
         /// What is wrong with it (names the tensor or key where there is one).
         msg: String,
     },
+    /// A CUDA driver call failed.
+    #[error("CUDA driver error in {op}: {source}")]
+    Cuda {
+        /// What moekit was doing.
+        op: &'static str,
+        /// The driver's error.
+        #[source]
+        source: cudarc::driver::DriverError,
+    },
+    /// NVRTC rejected a kernel; `log` is NVRTC's formatted log.
+    #[error("NVRTC could not compile kernel `{kernel}` for {arch}:\n{log}")]
+    Compile {
+        /// The kernel (template name expression).
+        kernel: String,
+        /// Target architecture (`sm_90a`).
+        arch: String,
+        /// The compiler log.
+        log: String,
+    },
+    /// A kernel found a data-dependent argument error (e.g. an expert id out
+    /// of range); the offending items were skipped, never accessed.
+    #[error("cuda:{device}: a kernel reported invalid input: {what}")]
+    DeviceReported {
+        /// Device ordinal.
+        device: usize,
+        /// What was wrong.
+        what: String,
+    },
+    /// CUDA (the driver library, NVRTC or a GPU) is not available here.
+    #[error("CUDA is not available: {0}")]
+    NoCuda(String),
 }
 
 /// `Result` with [`Error`].
@@ -89,4 +120,9 @@ pub(crate) fn unsupported(op: &'static str, what: impl Display) -> Error {
         op,
         what: what.to_string(),
     }
+}
+
+/// Wraps a driver error with the op it came from.
+pub(crate) fn cuda_err(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Error {
+    move |source| Error::Cuda { op, source }
 }

@@ -21,6 +21,7 @@
 #![deny(missing_docs)]
 
 pub mod cpu;
+pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod error;

@@ -108,6 +108,8 @@ impl fmt::Debug for Bytes {
 pub enum Storage {
     /// Host memory.
     Cpu(Bytes),
+    /// CUDA device memory.
+    Cuda(crate::cuda::storage::CudaBytes),
 }
 
 /// A contiguous, row-major tensor.
@@ -206,23 +208,65 @@ impl Tensor {
 
     /// Device of the storage.
     pub fn device(&self) -> Device {
-        match self.storage {
+        match &self.storage {
             Storage::Cpu(_) => Device::Cpu,
+            Storage::Cuda(c) => Device::Cuda(c.device().ordinal()),
         }
     }
 
-    /// The raw host bytes.
+    /// The raw host bytes (an error for a device tensor: copy it with [`Tensor::to_device`]).
     pub fn bytes(&self) -> Result<&[u8]> {
         match &self.storage {
             Storage::Cpu(b) => Ok(b.as_slice()),
+            Storage::Cuda(_) => Err(on_device("Tensor::bytes", self.device())),
         }
     }
 
     /// The raw host bytes, mutable (a shared view is copied first).
     pub fn bytes_mut(&mut self) -> Result<&mut [u8]> {
+        let dev = self.device();
         match &mut self.storage {
             Storage::Cpu(b) => Ok(b.make_mut()),
+            Storage::Cuda(_) => Err(on_device("Tensor::bytes_mut", dev)),
         }
+    }
+
+    /// The device bytes of a CUDA tensor.
+    pub fn cuda_bytes(&self) -> Result<&crate::cuda::storage::CudaBytes> {
+        match &self.storage {
+            Storage::Cuda(c) => Ok(c),
+            Storage::Cpu(_) => Err(invalid("Tensor::cuda_bytes", "tensor", "a CUDA tensor", "a CPU tensor")),
+        }
+    }
+
+    /// A zero-filled tensor on `device`.
+    pub fn zeros_on(dtype: DType, shape: &[usize], device: Device) -> Result<Tensor> {
+        match device {
+            Device::Cpu => Ok(Tensor::zeros(dtype, shape)),
+            Device::Cuda(n) => {
+                let dev = crate::cuda::device(n)?;
+                let b = crate::cuda::storage::CudaBytes::zeroed(&dev, numel_of(shape) * dtype.size())?;
+                Ok(Tensor { dtype, shape: shape.to_vec(), storage: Storage::Cuda(b) })
+            }
+        }
+    }
+
+    /// A copy on `device` (the same tensor if it is already there).
+    pub fn to_device(&self, device: Device) -> Result<Tensor> {
+        if device == self.device() {
+            return Ok(self.clone());
+        }
+        let storage = match (&self.storage, device) {
+            (Storage::Cpu(b), Device::Cuda(n)) => {
+                Storage::Cuda(crate::cuda::storage::CudaBytes::from_host(&crate::cuda::device(n)?, b.as_slice())?)
+            }
+            (Storage::Cuda(c), Device::Cpu) => Storage::Cpu(Bytes::copy_from(&c.to_host()?)),
+            (Storage::Cuda(c), Device::Cuda(n)) => {
+                Storage::Cuda(crate::cuda::storage::CudaBytes::from_host(&crate::cuda::device(n)?, &c.to_host()?)?)
+            }
+            (Storage::Cpu(_), Device::Cpu) => self.storage.clone(),
+        };
+        Ok(Tensor { dtype: self.dtype, shape: self.shape.clone(), storage })
     }
 
     /// The storage.
@@ -243,6 +287,13 @@ impl Tensor {
             shape: shape.to_vec(),
             ..self.clone()
         })
+    }
+
+    /// Wraps device bytes as a tensor; the length must match dtype × shape.
+    pub fn from_cuda_bytes(dtype: DType, shape: &[usize], bytes: crate::cuda::storage::CudaBytes) -> Result<Tensor> {
+        let need = numel_of(shape) * dtype.size();
+        ensure(bytes.len() == need, "Tensor::from_cuda_bytes", "bytes", format!("{need} bytes"), bytes.len())?;
+        Ok(Tensor { dtype, shape: shape.to_vec(), storage: Storage::Cuda(bytes) })
     }
 
     /// Typed view of the data; errors on a dtype mismatch or misaligned view.
@@ -274,8 +325,8 @@ impl Tensor {
             self.dtype,
             T::DTYPE,
         )?;
-        let Storage::Cpu(b) = &mut self.storage;
-        bytemuck::try_cast_slice_mut(b.make_mut()).map_err(|e| {
+        let b = self.bytes_mut()?;
+        bytemuck::try_cast_slice_mut(b).map_err(|e| {
             invalid(
                 "Tensor::as_mut_slice",
                 "storage",
@@ -302,6 +353,10 @@ impl Tensor {
         }
         Tensor::from_f32(&self.to_f32_vec()?, &self.shape, dtype)
     }
+}
+
+fn on_device(op: &'static str, d: Device) -> crate::Error {
+    invalid(op, "tensor", "a CPU tensor (copy it with to_device(Device::Cpu))", format!("a tensor on {d}"))
 }
 
 /// Rounds f32 values to a float type.

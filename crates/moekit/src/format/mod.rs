@@ -240,9 +240,30 @@ impl QuantWeights {
         if let (Some(s), Some(b)) = (&scales, &biases) {
             ensure(s.dtype() == b.dtype(), OP, "biases dtype", s.dtype(), b.dtype())?;
         }
+        let devices = [Some(&data), scales.as_ref(), biases.as_ref()].map(|t| t.map(|t| t.device()));
+        ensure(
+            devices.iter().flatten().all(|&d| d == data.device()),
+            OP,
+            "scales/biases",
+            format!("tensors on {} like data", data.device()),
+            format!("{devices:?}"),
+        )?;
         let w = QuantWeights { format, n_experts, rows, cols, data, scales, biases };
-        w.decoder()?; // checks alignment of every typed view once
+        if w.device() == crate::Device::Cpu {
+            w.decoder()?; // checks alignment of every typed view once
+        }
         Ok(w)
+    }
+
+    /// Where the weights live.
+    pub fn device(&self) -> crate::Device {
+        self.data.device()
+    }
+
+    /// A copy of the weights on `device`.
+    pub fn to_device(&self, device: crate::Device) -> Result<QuantWeights> {
+        let mv = |t: &Option<Tensor>| t.as_ref().map(|t| t.to_device(device)).transpose();
+        QuantWeights::new(self.format, self.n_experts, self.rows, self.cols, self.data.to_device(device)?, mv(&self.scales)?, mv(&self.biases)?)
     }
 
     /// Storage format.

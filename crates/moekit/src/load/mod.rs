@@ -6,6 +6,9 @@
 //!
 //! [`open`] detects the format and returns a [`Checkpoint`].
 
+pub mod gguf;
+pub mod safetensors;
+
 use crate::error::Result;
 use crate::moe::MoeBlock;
 use std::path::Path;

@@ -26,9 +26,12 @@ pub fn swiglu_on(backend: Backend, gate: &Tensor, up: &Tensor) -> Result<Tensor>
     check_shape(OP, "up", up, gate.shape())?;
     ensure(up.dtype() == gate.dtype(), OP, "up", format!("dtype {}", gate.dtype()), up.dtype())?;
     let (g, u) = (gate.to_f32_vec()?, up.to_f32_vec()?);
+    if backend == Backend::Cuda {
+        return Err(crate::error::unsupported("act", "CUDA kernel not written yet"));
+    }
     let out: Vec<f32> = match backend {
         Backend::CpuReference => g.iter().zip(&u).map(|(&g, &u)| ((g as f64 / (1.0 + (-g as f64).exp())) * u as f64) as f32).collect(),
-        Backend::CpuFast => {
+        Backend::CpuFast | Backend::Cuda => {
             use rayon::prelude::*;
             g.par_iter().zip(&u).map(|(&g, &u)| silu(g) * u).collect()
         }
@@ -124,6 +127,9 @@ pub fn gather_swiglu_on(backend: Backend, x: &Tensor, w: &GateUp, experts: RowEx
     let segs = segments(OP, experts, m, w.n_experts())?;
     let xv = x.to_f32_vec()?;
     let i = w.intermediate();
+    if backend == Backend::Cuda {
+        return Err(crate::error::unsupported("act", "CUDA kernel not written yet"));
+    }
     let out = match backend {
         Backend::CpuReference => {
             let [(gw, go), (uw, uo)] = w.sources();
@@ -143,7 +149,7 @@ pub fn gather_swiglu_on(backend: Backend, x: &Tensor, w: &GateUp, experts: RowEx
             }
             out
         }
-        Backend::CpuFast => {
+        Backend::CpuFast | Backend::Cuda => {
             use crate::cpu::fast::gather_mm::{project, Source, Strategy};
             let [(gw, go), (uw, uo)] = w.sources();
             let src = [Source { dec: gw.decoder()?, row_offset: go }, Source { dec: uw.decoder()?, row_offset: uo }];

@@ -96,9 +96,12 @@ pub fn gather_mm_on(backend: Backend, x: &Tensor, w: &QuantWeights, experts: Row
     let segs = segments(OP, experts, m, w.n_experts())?;
     let xv = x.to_f32_vec()?;
     let args = GatherMmArgs { x: &xv, m, w, segments: &segs };
+    if backend == Backend::Cuda {
+        return Err(crate::error::unsupported("gather_mm", "CUDA kernel not written yet"));
+    }
     let out = match backend {
         Backend::CpuReference => crate::cpu::reference::gather_mm::gather_mm(&args)?,
-        Backend::CpuFast => crate::cpu::fast::gather_mm::gather_mm(&args)?,
+        Backend::CpuFast | Backend::Cuda => crate::cpu::fast::gather_mm::gather_mm(&args)?,
     };
     Tensor::from_f32(&out, &[m, w.rows()], x.dtype())
 }

@@ -20,6 +20,9 @@ pub fn permute_on(backend: Backend, x: &Tensor, sort: &ExpertSort) -> Result<Ten
     check_float(OP, "x", x, 2)?;
     let (t, h) = (x.shape()[0], x.shape()[1]);
     ensure(t == sort.n_tokens(), OP, "x", format!("{} rows (tokens in sort)", sort.n_tokens()), t)?;
+    if backend == Backend::Cuda {
+        return crate::cuda::ops::permute::permute(x, sort);
+    }
     let sorted = sort.sorted.as_slice::<u32>()?;
     let mut out = Tensor::zeros(x.dtype(), &[sorted.len(), h]);
     let row_bytes = h * x.dtype().size();
@@ -27,7 +30,7 @@ pub fn permute_on(backend: Backend, x: &Tensor, sort: &ExpertSort) -> Result<Ten
     let dst = out.bytes_mut()?;
     match backend {
         Backend::CpuReference => crate::cpu::reference::permute::permute(&args, dst),
-        Backend::CpuFast => crate::cpu::fast::permute::permute(&args, dst),
+        Backend::CpuFast | Backend::Cuda => crate::cpu::fast::permute::permute(&args, dst),
     }
     Ok(out)
 }
@@ -73,6 +76,9 @@ pub fn unpermute_on(backend: Backend, y: &Tensor, sort: &ExpertSort, weights: &T
     check_dtype(OP, "weights", weights, DType::F32)?;
     check_shape(OP, "weights", weights, &[t, k])?;
     let hidden = y.shape()[1];
+    if backend == Backend::Cuda {
+        return crate::cuda::ops::permute::unpermute(y, sort, weights);
+    }
     let yv = y.to_f32_vec()?;
     let args = UnpermuteArgs {
         y: &yv,
@@ -84,7 +90,7 @@ pub fn unpermute_on(backend: Backend, y: &Tensor, sort: &ExpertSort, weights: &T
     let mut out = vec![0f32; t * hidden];
     match backend {
         Backend::CpuReference => crate::cpu::reference::permute::unpermute(&args, &mut out),
-        Backend::CpuFast => crate::cpu::fast::permute::unpermute(&args, &mut out),
+        Backend::CpuFast | Backend::Cuda => crate::cpu::fast::permute::unpermute(&args, &mut out),
     }
     Tensor::from_f32(&out, &[t, hidden], y.dtype())
 }

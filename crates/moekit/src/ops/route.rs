@@ -249,9 +249,12 @@ fn dispatch<T: Float>(
     w: &mut [f32],
 ) -> Result<()> {
     let x = logits.as_slice::<T>()?;
+    if backend == Backend::Cuda {
+        return Err(crate::error::unsupported("route", "CUDA kernel not written yet"));
+    }
     match backend {
         Backend::CpuReference => cpu::reference::route::route(x, cfg, ids, w),
-        Backend::CpuFast => cpu::fast::route::route(x, cfg, ids, w),
+        Backend::CpuFast | Backend::Cuda => cpu::fast::route::route(x, cfg, ids, w),
     }
 }
 

@@ -1,0 +1,66 @@
+// moekit/common.cuh — device code shared by every kernel source.
+//
+// Conventions (mirrored on the Rust side in src/cuda/ops/*.rs):
+// * Each kernel takes one `Params` struct by value (`__grid_constant__`); its
+//   layout is defined here or in the kernel's source and size-checked with
+//   static_assert, and checked again in Rust with a const assert.
+// * Activations are f32, __half or __nv_bfloat16 (template parameter T),
+//   widened to f32 for arithmetic.
+// * Data-dependent argument errors (an expert id out of range, bad offsets)
+//   never read or write out of bounds: the kernel skips the item and ORs a
+//   bit into the device's error word, which the host checks at its next sync.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace moekit {
+
+typedef unsigned int u32;
+typedef unsigned char u8;
+typedef unsigned long long u64;
+
+// Bits of the device error word (src/cuda/mod.rs: ErrorBits).
+enum ErrorBits : u32 {
+  ERR_EXPERT_ID = 1u,   // an expert id >= n_experts
+  ERR_OFFSETS = 2u,     // expert offsets not monotone / out of range
+  ERR_SLOT = 4u,        // a sort slot or position out of range
+};
+
+__device__ __forceinline__ void report(u32* err, u32 bit) { atomicOr(err, bit); }
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024);
+// every thread gets the result. `scratch` holds 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < nw ? scratch[lane] : 0.f;
+  return warp_sum(t);
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+
+}  // namespace moekit

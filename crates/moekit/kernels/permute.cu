@@ -1,0 +1,61 @@
+// permute.cu — gather token rows into expert order, and the weighted combine back.
+#include "moekit/common.cuh"
+
+namespace moekit {
+
+struct PermuteParams {
+  const void* x;        // [T, H] of T
+  const u32* sorted;    // [T*k] slot t*k+j at each sorted position
+  void* out;            // [T*k, H]
+  u32* err;
+  u32 n_rows, top_k, hidden, n_tokens;
+};
+static_assert(sizeof(PermuteParams) == 48, "PermuteParams layout");
+
+// One block per sorted row; threads stride over the hidden dimension.
+template <typename T>
+__global__ void permute_rows(const __grid_constant__ PermuteParams p) {
+  const u32 row = blockIdx.x;
+  const u32 s = p.sorted[row];
+  const u32 t = s / p.top_k;
+  if (t >= p.n_tokens) {
+    if (threadIdx.x == 0) report(p.err, ERR_SLOT);
+    return;
+  }
+  const T* src = static_cast<const T*>(p.x) + (u64)t * p.hidden;
+  T* dst = static_cast<T*>(p.out) + (u64)row * p.hidden;
+  for (u32 i = threadIdx.x; i < p.hidden; i += blockDim.x) dst[i] = src[i];
+}
+
+struct UnpermuteParams {
+  const void* y;          // [T*k, H] of T, sorted order
+  const u32* inverse;     // [T*k] sorted position of slot t*k+j
+  const float* weights;   // [T, k]
+  void* out;              // [T, H] of T
+  u32* err;
+  u32 n_tokens, top_k, hidden, n_rows;
+};
+static_assert(sizeof(UnpermuteParams) == 56, "UnpermuteParams layout");
+
+// One block per token: out[t] = sum_j w[t,j] * y[inverse[t*k+j]], in slot
+// order (deterministic, no atomics).
+template <typename T>
+__global__ void unpermute_rows(const __grid_constant__ UnpermuteParams p) {
+  const u32 t = blockIdx.x;
+  T* dst = static_cast<T*>(p.out) + (u64)t * p.hidden;
+  const T* y = static_cast<const T*>(p.y);
+  for (u32 i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    float acc = 0.f;
+    for (u32 j = 0; j < p.top_k; ++j) {
+      const u32 pos = p.inverse[t * p.top_k + j];
+      if (pos >= p.n_rows) {
+        if (i == threadIdx.x) report(p.err, ERR_SLOT);
+        continue;
+      }
+      acc += p.weights[t * p.top_k + j] * to_f32(y[(u64)pos * p.hidden + i]);
+    }
+    dst[i] = from_f32<T>(acc);
+  }
+}
+
+}  // namespace moekit

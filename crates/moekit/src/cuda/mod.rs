@@ -1,0 +1,185 @@
+//! The CUDA backend: one context and one stream per device, kernels written
+//! in CUDA C++ (`crates/moekit/kernels/`) and compiled at run time by NVRTC
+//! for the device's architecture ([`jit`]), device storage for
+//! [`Tensor`](crate::Tensor) ([`storage`]), and one typed launch wrapper per
+//! kernel ([`ops`]).
+//!
+//! cudarc loads `libcuda` and `libnvrtc` dynamically: the crate builds and
+//! its CPU paths run on machines without CUDA. [`available`] says whether
+//! this machine can run the backend, and why not.
+//!
+//! Every op is enqueued on the device's stream; nothing here synchronizes
+//! with the host except explicit copies to the CPU, so a whole MoE block can
+//! be captured in a CUDA graph.
+
+pub mod jit;
+pub mod ops;
+pub mod storage;
+
+use crate::error::{cuda_err, Error, Result};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A compute capability, e.g. 9.0 for Hopper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Arch {
+    /// Major version.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl Arch {
+    /// Hopper (H100/H200).
+    pub const SM90: Arch = Arch { major: 9, minor: 0 };
+    /// Ampere (A100).
+    pub const SM80: Arch = Arch { major: 8, minor: 0 };
+
+    /// NVRTC's `--gpu-architecture` value: `sm_90a` for 9.0 (so Hopper-only
+    /// instructions are available), else `sm_XY`.
+    pub fn nvrtc_target(self) -> String {
+        if self == Arch::SM90 {
+            "sm_90a".to_string()
+        } else {
+            format!("sm_{}{}", self.major, self.minor)
+        }
+    }
+}
+
+/// One CUDA device: context, stream, architecture and kernel cache.
+pub struct CudaDevice {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: Arch,
+    sm_count: u32,
+    name: String,
+    jit: jit::Jit,
+    err: CudaSlice<u32>,
+}
+
+/// Bits of the device error word (kernels/common.cuh: `ErrorBits`).
+const ERROR_BITS: [(u32, &str); 3] = [
+    (1, "an expert id was >= n_experts (those rows were skipped)"),
+    (2, "expert offsets were not non-decreasing from 0 to the row count (those rows were skipped)"),
+    (4, "a sort slot or position was out of range (skipped)"),
+];
+
+impl std::fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaDevice(cuda:{} {} sm_{}{})", self.ordinal, self.name, self.arch.major, self.arch.minor)
+    }
+}
+
+impl CudaDevice {
+    fn open(ordinal: usize) -> Result<CudaDevice> {
+        let ctx = CudaContext::new(ordinal).map_err(cuda_err("CudaContext::new"))?;
+        // One stream per device orders every op; cudarc's per-buffer event
+        // tracking would only add work (and host-visible events) to that.
+        // SAFETY: all buffers of this context are used on `stream` only.
+        unsafe { ctx.disable_event_tracking() };
+        let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute_capability"))?;
+        let sm_count = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(cuda_err("device attribute"))?;
+        let name = ctx.name().map_err(cuda_err("device name"))?;
+        let stream = ctx.new_stream().map_err(cuda_err("new_stream"))?;
+        let err = stream.alloc_zeros::<u32>(1).map_err(cuda_err("alloc error word"))?;
+        Ok(CudaDevice {
+            err,
+            ordinal,
+            ctx,
+            stream,
+            arch: Arch { major: major as u32, minor: minor as u32 },
+            sm_count: sm_count as u32,
+            name,
+            jit: jit::Jit::new(),
+        })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+    /// Compute capability.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+    /// Number of streaming multiprocessors.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+    /// Marketing name (`NVIDIA H200`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The stream every op of this device runs on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    /// The context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+    /// The kernel cache.
+    pub fn jit(&self) -> &jit::Jit {
+        &self.jit
+    }
+    /// Device address of the error word kernels report argument errors into.
+    pub fn error_word(&self) -> u64 {
+        let (p, _g) = self.err.device_ptr(&self.stream);
+        p
+    }
+
+    /// Waits for the stream, then returns (and clears) any argument error a
+    /// kernel reported since the last check. Every copy to the host checks.
+    pub fn check_errors(&self) -> Result<()> {
+        let v = self.stream.clone_dtoh(&self.err).map_err(cuda_err("read error word"))?;
+        let bits = v.first().copied().unwrap_or(0);
+        if bits == 0 {
+            return Ok(());
+        }
+        // SAFETY: the error word is a live 4-byte allocation of this context,
+        // cleared in stream order.
+        unsafe { cudarc::driver::result::memset_d8_async(self.error_word(), 0, 4, self.stream.cu_stream()) }
+            .map_err(cuda_err("clear error word"))?;
+        let what: Vec<&str> = ERROR_BITS.iter().filter(|(b, _)| bits & b != 0).map(|(_, m)| *m).collect();
+        Err(Error::DeviceReported { device: self.ordinal, what: what.join("; ") })
+    }
+
+    /// Blocks the host until all queued work is done (tests, benchmarks).
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(cuda_err("synchronize"))
+    }
+}
+
+/// Number of CUDA devices, or why CUDA cannot be used here.
+pub fn available() -> Result<usize> {
+    // SAFETY: only probes whether the shared library can be loaded.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(Error::NoCuda("the CUDA driver library (libcuda.so) was not found".into()));
+    }
+    let n = CudaContext::device_count().map_err(|e| Error::NoCuda(format!("cuInit/cuDeviceGetCount failed: {e}")))?;
+    if n <= 0 {
+        return Err(Error::NoCuda("no CUDA device is visible".into()));
+    }
+    Ok(n as usize)
+}
+
+/// The device with `ordinal`, opened once per process.
+pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
+    let n = available()?;
+    if ordinal >= n {
+        return Err(crate::error::invalid("cuda::device", "ordinal", format!("< {n} (devices present)"), ordinal));
+    }
+    let map = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut map = map.lock().map_err(|_| Error::NoCuda("device registry poisoned by an earlier panic".into()))?;
+    if let Some(d) = map.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(CudaDevice::open(ordinal)?);
+    map.insert(ordinal, d.clone());
+    Ok(d)
+}

@@ -1,0 +1,78 @@
+//! Typed launch wrappers, one module per kernel source (`kernels/*.cu`).
+//!
+//! Every kernel takes one `#[repr(C)]` params struct by value, mirrored in
+//! CUDA with a `static_assert` on its size; [`launch`] is the one place a
+//! kernel is started. [`all_instances`] lists every template instance the
+//! library can request, so CI compiles each one through NVRTC without a GPU.
+
+pub mod permute;
+
+use super::jit::Source;
+use super::CudaDevice;
+use crate::dtype::DType;
+use crate::error::{cuda_err, invalid, Result};
+use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+
+/// The CUDA C++ type of a float activation dtype.
+pub fn ctype(op: &'static str, dtype: DType) -> Result<&'static str> {
+    match dtype {
+        DType::F32 => Ok("float"),
+        DType::F16 => Ok("__half"),
+        DType::Bf16 => Ok("__nv_bfloat16"),
+        d => Err(invalid(op, "dtype", "f32, f16 or bf16", d)),
+    }
+}
+
+/// Checks a preallocated output: on a CUDA device, `dtype`, `shape`.
+pub fn check_out(op: &'static str, out: &crate::Tensor, dtype: DType, shape: &[usize]) -> Result<()> {
+    out.cuda_bytes()?;
+    crate::error::ensure(out.dtype() == dtype, op, "out", format!("dtype {dtype}"), out.dtype())?;
+    crate::error::ensure(out.shape() == shape, op, "out", format!("shape {shape:?}"), format!("{:?}", out.shape()))
+}
+
+/// The activation dtypes every kernel is instantiated for.
+pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::Bf16];
+
+/// Grid and block of a launch.
+#[derive(Debug, Clone, Copy)]
+pub struct Geometry {
+    /// Blocks.
+    pub grid: (u32, u32, u32),
+    /// Threads per block.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory bytes.
+    pub shared: u32,
+}
+
+/// Launches `name_expr` of `source` with `params` on the device's stream.
+/// An empty grid launches nothing.
+///
+/// # Safety
+/// `params` must match the kernel's params struct, and every device pointer
+/// in it must be valid for the accesses the kernel makes for this geometry
+/// (each wrapper states why).
+pub unsafe fn launch<P: DeviceRepr>(
+    dev: &CudaDevice,
+    source: &'static Source,
+    name_expr: &str,
+    geo: Geometry,
+    params: P,
+    op: &'static str,
+) -> Result<()> {
+    if geo.grid.0 == 0 || geo.grid.1 == 0 || geo.grid.2 == 0 {
+        return Ok(());
+    }
+    let f = dev.jit().function(dev.context(), dev.arch(), source, name_expr)?;
+    let cfg = LaunchConfig { grid_dim: geo.grid, block_dim: geo.block, shared_mem_bytes: geo.shared };
+    let mut b = dev.stream().launch_builder(&f);
+    b.arg(&params);
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda_err(op))
+}
+
+/// Every (source, name expression) the library can request.
+pub fn all_instances() -> Vec<(&'static Source, String)> {
+    let mut v = Vec::new();
+    v.extend(permute::instances());
+    v
+}

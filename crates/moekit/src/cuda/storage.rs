@@ -1,0 +1,68 @@
+//! Device memory behind a [`Tensor`](crate::Tensor): a stream-ordered
+//! allocation shared by reference count, viewed as a byte range.
+
+use super::CudaDevice;
+use crate::error::{cuda_err, Result};
+use cudarc::driver::{CudaSlice, DevicePtr};
+use std::sync::Arc;
+
+/// Bytes on a CUDA device.
+#[derive(Clone)]
+pub struct CudaBytes {
+    dev: Arc<CudaDevice>,
+    buf: Arc<CudaSlice<u8>>,
+    offset: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for CudaBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaBytes(cuda:{}, {} B)", self.dev.ordinal(), self.len)
+    }
+}
+
+impl CudaBytes {
+    /// `len` zero bytes on `dev` (stream-ordered allocation and memset).
+    pub fn zeroed(dev: &Arc<CudaDevice>, len: usize) -> Result<CudaBytes> {
+        let buf = dev.stream().alloc_zeros::<u8>(len.max(1)).map_err(cuda_err("alloc_zeros"))?;
+        Ok(CudaBytes { dev: dev.clone(), buf: Arc::new(buf), offset: 0, len })
+    }
+
+    /// A device copy of host bytes (asynchronous on the device's stream).
+    pub fn from_host(dev: &Arc<CudaDevice>, bytes: &[u8]) -> Result<CudaBytes> {
+        let buf = match bytes.len() {
+            0 => dev.stream().alloc_zeros::<u8>(1),
+            _ => dev.stream().clone_htod(bytes),
+        }
+        .map_err(cuda_err("copy to device"))?;
+        Ok(CudaBytes { dev: dev.clone(), buf: Arc::new(buf), offset: 0, len: bytes.len() })
+    }
+
+    /// Copies the bytes to the host (waits for the stream).
+    pub fn to_host(&self) -> Result<Vec<u8>> {
+        let all = self.dev.stream().clone_dtoh(self.buf.as_ref()).map_err(cuda_err("copy to host"))?;
+        self.dev.check_errors()?;
+        Ok(all[self.offset..self.offset + self.len].to_vec())
+    }
+
+    /// The device address of the first byte, for kernel arguments.
+    pub fn ptr(&self) -> u64 {
+        let (p, _guard) = self.buf.device_ptr(self.dev.stream());
+        p + self.offset as u64
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.dev
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}

@@ -1,0 +1,447 @@
+//! llama.cpp architectures → moekit MoE blocks.
+//!
+//! Each supported `general.architecture` is a `Family`: how llama.cpp's
+//! graph for it calls `build_moe_ffn` (gating function, renormalisation,
+//! scale, selection bias) and which shared expert it adds. The rules below are
+//! read from llama.cpp's `src/models/<arch>.cpp` and `build_moe_ffn`
+//! (`src/llama-graph.cpp`):
+//!
+//! | arch | gating | renormalise top-k | scale | bias | shared expert |
+//! |---|---|---|---|---|---|
+//! | `llama` (Mixtral), `mixtral` | softmax | yes | – | – | – |
+//! | `qwen3moe` | softmax | yes | – | – | – |
+//! | `qwen3next` | softmax | yes | – | – | sigmoid-gated |
+//! | `qwen2moe` | softmax | no | – | – | sigmoid-gated |
+//! | `olmoe` | softmax | no | – | – | – |
+//! | `deepseek2` | key, default softmax | key, default no | key | optional | plain |
+//! | `glm4moe` | key, default sigmoid | key, default no | key | required | plain if `expert_shared_count` > 0 |
+//!
+//! "key" means `<arch>.expert_gating_func` (1 softmax, 2 sigmoid),
+//! `<arch>.expert_weights_norm` and `<arch>.expert_weights_scale` (absent or 0
+//! means 1, as llama.cpp skips a scale of 0 or 1). For every arch,
+//! `<arch>.expert_group_count` > 1 turns on llama.cpp's group-limited selection.
+//!
+//! Mapping to [`RouterKind`] (exact unless noted):
+//! * softmax + renormalise → `TopKSoftmax` for llama (top-k then softmax over
+//!   the k is the same function), `SoftmaxTopK { norm_topk_prob: true }` for
+//!   the Qwens; softmax without renormalising → `SoftmaxTopK { false }`.
+//!   llama.cpp clamps the renormalising sum to ≥ 6.1e-5; a sum of the top-k
+//!   softmax probabilities is ≥ 1/E, so the clamp never acts.
+//! * deepseek2 / glm4moe → `Grouped { scoring, bias, n_group, topk_group,
+//!   norm, scale }`. Divergences from llama.cpp, which moekit handles so:
+//!   - groups with softmax gating: llama.cpp ranks groups by the sum of their
+//!     two best scores, moekit's `Grouped(Softmax)` by the best one → **error**;
+//!   - renormalising with k = 1: llama.cpp gives weight 1, moekit the score →
+//!     **error**;
+//!   - groups with sigmoid gating: llama.cpp sets the scores of dropped groups
+//!     to −∞, moekit (like mlx-lm) to 0. They agree whenever every kept
+//!     expert's biased score `sigmoid(l) + bias` is ≥ 0 (always true when all
+//!     biases are ≥ 0) — **accepted**, documented here;
+//!   - llama.cpp clamps the renormalising sum of sigmoid scores to ≥ 6.1e-5
+//!     (only matters when all k chosen sigmoids are below ~3e-5) — accepted.
+//! * Other gating functions (softmax_weight, sqrt_softplus) → error.
+
+use super::block::{layout, need, weights};
+use super::file::{GgufFile, TensorInfo};
+use crate::error::{Error, Result};
+use crate::ops::route::{RouterConfig, RouterKind, Scoring};
+
+/// Architectures with MoE layers that moekit loads (llama.cpp names).
+pub const SUPPORTED_ARCHS: [&str; 8] = [
+    "llama",
+    "mixtral",
+    "qwen2moe",
+    "qwen3moe",
+    "qwen3next",
+    "olmoe",
+    "deepseek2",
+    "glm4moe",
+];
+
+/// A hyper-parameter fixed by the architecture or read from a key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Param<T> {
+    Fixed(T),
+    /// Read from the key; the value is the default when it is absent.
+    Key(T),
+}
+
+/// Which router rule the architecture's softmax routing maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Style {
+    TopKSoftmax,
+    SoftmaxTopK,
+    Grouped,
+}
+
+/// Whether and how a selection bias `blk.N.exp_probs_b.bias` is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    No,
+    Optional,
+    Required,
+}
+
+/// Which shared expert the architecture adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SharedRule {
+    None,
+    /// Always present, output × sigmoid(x · `ffn_gate_inp_shexp`).
+    Gated,
+    /// Always present, ungated.
+    Plain,
+    /// Present (ungated) iff `<arch>.expert_shared_count` > 0.
+    PlainIfCount,
+}
+
+/// How one architecture's MoE layer is built (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Family {
+    gating: Param<Scoring>,
+    norm: Param<bool>,
+    scale_key: bool,
+    style: Style,
+    bias: Need,
+    shared: SharedRule,
+}
+
+impl Family {
+    /// The family of a `general.architecture` value.
+    pub(crate) fn of(arch: &str) -> Option<Family> {
+        use Param::{Fixed, Key};
+        let softmax = |norm: bool, style: Style, shared: SharedRule| Family {
+            gating: Fixed(Scoring::Softmax),
+            norm: Fixed(norm),
+            scale_key: false,
+            style,
+            bias: Need::No,
+            shared,
+        };
+        Some(match arch {
+            "llama" | "mixtral" => softmax(true, Style::TopKSoftmax, SharedRule::None),
+            "qwen3moe" => softmax(true, Style::SoftmaxTopK, SharedRule::None),
+            "qwen3next" => softmax(true, Style::SoftmaxTopK, SharedRule::Gated),
+            "qwen2moe" => softmax(false, Style::SoftmaxTopK, SharedRule::Gated),
+            "olmoe" => softmax(false, Style::SoftmaxTopK, SharedRule::None),
+            "deepseek2" => Family {
+                gating: Key(Scoring::Softmax),
+                norm: Key(false),
+                scale_key: true,
+                style: Style::Grouped,
+                bias: Need::Optional,
+                shared: SharedRule::Plain,
+            },
+            "glm4moe" => Family {
+                gating: Key(Scoring::Sigmoid),
+                norm: Key(false),
+                scale_key: true,
+                style: Style::Grouped,
+                bias: Need::Required,
+                shared: SharedRule::PlainIfCount,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// A malformed-file error naming the file.
+pub(crate) fn bad(file: &GgufFile, msg: impl Into<String>) -> Error {
+    Error::BadFile {
+        path: file.path().to_path_buf(),
+        msg: msg.into(),
+    }
+}
+
+/// An unsupported-content error naming the file.
+pub(crate) fn unsupported(file: &GgufFile, what: impl std::fmt::Display) -> Error {
+    crate::error::unsupported("load::gguf", format!("{}: {what}", file.path().display()))
+}
+
+/// `<arch>.<suffix>` as an unsigned integer; for a per-layer array, element `layer`.
+pub(crate) fn key_u64(
+    file: &GgufFile,
+    arch: &str,
+    suffix: &str,
+    layer: usize,
+) -> Result<Option<u64>> {
+    let key = format!("{arch}.{suffix}");
+    let Some(v) = file.get(&key) else {
+        return Ok(None);
+    };
+    let item = match v.as_array() {
+        Some(a) => a.get(layer).ok_or_else(|| {
+            bad(
+                file,
+                format!(
+                    "`{key}` has {} entries, no entry for block {layer}",
+                    a.len()
+                ),
+            )
+        })?,
+        None => v.clone(),
+    };
+    item.as_u64().map(Some).ok_or_else(|| {
+        bad(
+            file,
+            format!(
+                "`{key}` is {} {item:?}: want an unsigned integer",
+                item.type_name()
+            ),
+        )
+    })
+}
+
+/// `<arch>.<suffix>` as a usize (see [`key_u64`]).
+pub(crate) fn key_usize(
+    file: &GgufFile,
+    arch: &str,
+    suffix: &str,
+    layer: usize,
+) -> Result<Option<usize>> {
+    key_u64(file, arch, suffix, layer)?
+        .map(|v| {
+            usize::try_from(v)
+                .map_err(|_| bad(file, format!("`{arch}.{suffix}` = {v} is too large")))
+        })
+        .transpose()
+}
+
+fn key_bool(file: &GgufFile, key: &str) -> Result<Option<bool>> {
+    file.get(key)
+        .map(|v| {
+            v.as_bool().ok_or_else(|| {
+                bad(
+                    file,
+                    format!("`{key}` is {} {v:?}: want a bool", v.type_name()),
+                )
+            })
+        })
+        .transpose()
+}
+
+fn key_f64(file: &GgufFile, key: &str) -> Result<Option<f64>> {
+    file.get(key)
+        .map(|v| {
+            v.as_f64().ok_or_else(|| {
+                bad(
+                    file,
+                    format!("`{key}` is {} {v:?}: want a number", v.type_name()),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// The routing rule of block `layer` (`bias` is its selection bias, if any).
+pub(crate) fn router_kind(
+    file: &GgufFile,
+    arch: &str,
+    fam: &Family,
+    layer: usize,
+    top_k: usize,
+    bias: Option<Vec<f32>>,
+) -> Result<RouterKind> {
+    let scoring = match fam.gating {
+        Param::Fixed(s) => s,
+        Param::Key(default) => match key_u64(file, arch, "expert_gating_func", layer)? {
+            None | Some(0) => default,
+            Some(1) => Scoring::Softmax,
+            Some(2) => Scoring::Sigmoid,
+            Some(v) => {
+                return Err(unsupported(
+                    file,
+                    format!("`{arch}.expert_gating_func` = {v} (only 1 softmax and 2 sigmoid)"),
+                ))
+            }
+        },
+    };
+    let norm = match fam.norm {
+        Param::Fixed(b) => b,
+        Param::Key(default) => {
+            key_bool(file, &format!("{arch}.expert_weights_norm"))?.unwrap_or(default)
+        }
+    };
+    let scale = match fam.scale_key {
+        true => key_f64(file, &format!("{arch}.expert_weights_scale"))?
+            .filter(|&s| s != 0.0)
+            .unwrap_or(1.0) as f32,
+        false => 1.0,
+    };
+    let n_group = key_usize(file, arch, "expert_group_count", layer)?.unwrap_or(0);
+    let topk_group = key_usize(file, arch, "expert_group_used_count", layer)?.unwrap_or(0);
+    if n_group > 1 {
+        if scoring == Scoring::Softmax {
+            return Err(unsupported(
+                file,
+                format!("softmax gating with {n_group} expert groups (llama.cpp ranks groups by their top-2 sum, moekit's softmax Grouped router by their maximum)"),
+            ));
+        }
+        if topk_group == 0 {
+            return Err(bad(file, format!("`{arch}.expert_group_count` = {n_group} but `{arch}.expert_group_used_count` is absent or 0")));
+        }
+    }
+    let style = if n_group > 1 {
+        Style::Grouped
+    } else {
+        fam.style
+    };
+    Ok(match style {
+        Style::TopKSoftmax if norm => RouterKind::TopKSoftmax,
+        Style::TopKSoftmax | Style::SoftmaxTopK => RouterKind::SoftmaxTopK {
+            norm_topk_prob: norm,
+        },
+        Style::Grouped => {
+            if norm && top_k == 1 {
+                return Err(unsupported(file, "renormalised grouped routing with top-k = 1 (llama.cpp's weight is 1, moekit's the score)"));
+            }
+            RouterKind::Grouped {
+                scoring,
+                bias,
+                n_group: n_group.max(1),
+                topk_group: if n_group > 1 { topk_group } else { 1 },
+                norm_topk_prob: norm,
+                routed_scaling_factor: scale,
+            }
+        }
+    })
+}
+
+/// Human-readable routing rule for `moekit inspect`.
+pub(crate) fn describe(kind: &RouterKind, k: usize) -> String {
+    match kind {
+        RouterKind::SoftmaxTopK { norm_topk_prob } => {
+            format!(
+                "softmax → top-{k}{}",
+                if *norm_topk_prob {
+                    " → renormalise"
+                } else {
+                    ""
+                }
+            )
+        }
+        RouterKind::TopKSoftmax => format!("top-{k} → softmax over the {k}"),
+        RouterKind::Gemma4 { .. } => {
+            format!("gemma4 (softmax → top-{k} → renormalise × per-expert scale)")
+        }
+        RouterKind::Grouped {
+            scoring,
+            bias,
+            n_group,
+            topk_group,
+            norm_topk_prob,
+            routed_scaling_factor,
+        } => {
+            let mut s = match scoring {
+                Scoring::Softmax => "softmax".to_string(),
+                Scoring::Sigmoid => "sigmoid".to_string(),
+            };
+            if bias.is_some() {
+                s += " + selection bias";
+            }
+            if *n_group > 1 {
+                s += &format!(" → best {topk_group} of {n_group} groups");
+            }
+            s += &format!(" → top-{k}");
+            if *norm_topk_prob {
+                s += " → renormalise";
+            }
+            if *routed_scaling_factor != 1.0 {
+                s += &format!(" → × {routed_scaling_factor}");
+            }
+            s
+        }
+    }
+}
+
+/// The shared-expert tensors of block `layer`: (gate, up, down, optional sigmoid gate).
+pub(crate) type SharedTensors<'a> = (
+    &'a TensorInfo,
+    &'a TensorInfo,
+    &'a TensorInfo,
+    Option<&'a TensorInfo>,
+);
+
+pub(crate) fn shared_tensors<'a>(
+    file: &'a GgufFile,
+    arch: &str,
+    fam: &Family,
+    layer: usize,
+) -> Result<Option<SharedTensors<'a>>> {
+    let present = match fam.shared {
+        SharedRule::None => false,
+        SharedRule::Gated | SharedRule::Plain => true,
+        SharedRule::PlainIfCount => {
+            key_usize(file, arch, "expert_shared_count", layer)?.unwrap_or(0) > 0
+        }
+    };
+    if !present {
+        return Ok(None);
+    }
+    let p = |s: &str| format!("blk.{layer}.{s}");
+    let gate = need(file, &p("ffn_gate_shexp.weight"), layer)?;
+    let up = need(file, &p("ffn_up_shexp.weight"), layer)?;
+    let down = need(file, &p("ffn_down_shexp.weight"), layer)?;
+    let sgate = match fam.shared {
+        SharedRule::Gated => Some(need(file, &p("ffn_gate_inp_shexp.weight"), layer)?),
+        _ => None,
+    };
+    Ok(Some((gate, up, down, sgate)))
+}
+
+/// Describes block `layer`'s shared expert, if any (for the summary).
+pub(crate) fn describe_shared(
+    file: &GgufFile,
+    arch: &str,
+    fam: &Family,
+    layer: usize,
+) -> Result<Option<String>> {
+    Ok(
+        shared_tensors(file, arch, fam, layer)?.map(|(gate, _, _, sgate)| {
+            let is = gate.ne.get(1).copied().unwrap_or(0);
+            format!(
+                "1 shared expert, I = {is}{}",
+                if sgate.is_some() {
+                    ", sigmoid-gated"
+                } else {
+                    ""
+                }
+            )
+        }),
+    )
+}
+
+/// The router configuration of block `layer`.
+pub(crate) fn router_config(
+    file: &GgufFile,
+    arch: &str,
+    fam: &Family,
+    layer: usize,
+) -> Result<RouterConfig> {
+    let (e, _, _, _) = layout(file, layer)?;
+    let top_k = key_usize(file, arch, "expert_used_count", layer)?
+        .ok_or_else(|| bad(file, format!("missing key `{arch}.expert_used_count`")))?;
+    let bias = match fam.bias {
+        Need::No => None,
+        Need::Optional | Need::Required => {
+            match file.tensor(&format!("blk.{layer}.exp_probs_b.bias")) {
+                Some(t) => Some(weights(file, t, 1, 1, e)?.dequantize_expert(0)?),
+                None if fam.bias == Need::Required => {
+                    return Err(bad(
+                        file,
+                        format!("missing tensor `blk.{layer}.exp_probs_b.bias` (needed by {arch})"),
+                    ))
+                }
+                None => None,
+            }
+        }
+    };
+    let kind = router_kind(file, arch, fam, layer, top_k, bias)?;
+    let cfg = RouterConfig {
+        kind,
+        n_experts: e,
+        top_k,
+    };
+    cfg.validate()
+        .map_err(|err| bad(file, format!("block {layer}: {err}")))?;
+    Ok(cfg)
+}

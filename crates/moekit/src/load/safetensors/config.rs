@@ -1,0 +1,597 @@
+//! `config.json` → the MoE configuration of a checkpoint, per `model_type`.
+//!
+//! Field names and defaults follow mlx-lm's `models/<arch>.py` (`ModelArgs`
+//! and the decoder layer's choice of MoE vs dense MLP). Where mlx-lm ignores a
+//! Hugging Face key that changes the math (`norm_topk_prob` for Qwen2-MoE and
+//! DeepSeek-V2, `decoder_sparse_step` / `mlp_only_layers` for Qwen2-MoE), the
+//! key is honoured with the Hugging Face default, which is what mlx-lm does
+//! whenever the key is absent or has that default (every published config).
+
+use super::quant::QuantConfig;
+use crate::error::{Error, Result};
+use crate::ops::route::{RouterConfig, RouterKind, Scoring, MAX_EXPERTS, MAX_TOP_K};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Model families this loader understands (`model_type` in `config.json`).
+pub(crate) const SUPPORTED: [&str; 8] = [
+    "qwen3_moe",
+    "qwen2_moe",
+    "qwen3_next",
+    "mixtral",
+    "olmoe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "glm4_moe",
+];
+
+/// Upper bound on hidden / intermediate sizes and on the layer count: far
+/// above any real model, low enough that products of them cannot overflow.
+const MAX_DIM: usize = 1 << 20;
+const MAX_LAYERS: usize = 1 << 16;
+
+/// The shared (always-on) expert of a family.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SharedSpec {
+    /// Its intermediate size.
+    pub intermediate: usize,
+    /// Module name under the block: `shared_expert` or `shared_experts`.
+    pub prefix: &'static str,
+    /// Whether a `shared_expert_gate` [1, H] scales it by a sigmoid.
+    pub gated: bool,
+}
+
+/// Everything the loader needs from `config.json`.
+#[derive(Debug, Clone)]
+pub(crate) struct ModelConfig {
+    /// `model_type`.
+    pub model_type: String,
+    /// Transformer blocks.
+    pub n_layers: usize,
+    /// Hidden size H.
+    pub hidden: usize,
+    /// Routed experts E (0 when the model has no MoE layer).
+    pub n_experts: usize,
+    /// Experts per token k.
+    pub top_k: usize,
+    /// Expert intermediate size I.
+    pub intermediate: usize,
+    /// Blocks with an MoE layer, ascending.
+    pub moe_layers: Vec<usize>,
+    /// Why the other blocks are dense, for error messages.
+    pub dense_rule: String,
+    /// Routing rule; a `Grouped` bias is filled from the checkpoint.
+    pub router: RouterKind,
+    /// Whether the router has an `e_score_correction_bias` tensor.
+    pub needs_bias: bool,
+    /// Shared expert, if any.
+    pub shared: Option<SharedSpec>,
+    /// Module under `model.layers.N`: `mlp` or `block_sparse_moe` (Mixtral).
+    pub block: &'static str,
+    /// Quantization settings.
+    pub quant: QuantConfig,
+}
+
+/// Typed access to a JSON object, with errors naming config.json and the key.
+pub(crate) struct Fields<'a> {
+    pub path: &'a Path,
+    pub obj: &'a Map<String, Value>,
+}
+
+impl Fields<'_> {
+    pub fn bad(&self, key: &str, expected: &str, got: impl std::fmt::Display) -> Error {
+        Error::BadFile {
+            path: self.path.to_path_buf(),
+            msg: format!("key `{key}`: expected {expected}, got {got}"),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.obj.get(key).filter(|v| !v.is_null())
+    }
+
+    /// An integer in `0..=max`, if present (null counts as absent).
+    pub fn usize_opt(&self, key: &str, max: usize) -> Result<Option<usize>> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        match v.as_u64() {
+            Some(n) if n as u128 <= max as u128 => Ok(Some(n as usize)),
+            _ => Err(self.bad(key, &format!("an integer in 0..={max}"), v)),
+        }
+    }
+
+    pub fn usize_req(&self, key: &str, max: usize) -> Result<usize> {
+        self.usize_opt(key, max)?.ok_or_else(|| self.missing(key))
+    }
+
+    pub fn usize_or(&self, key: &str, max: usize, default: usize) -> Result<usize> {
+        Ok(self.usize_opt(key, max)?.unwrap_or(default))
+    }
+
+    pub fn missing(&self, key: &str) -> Error {
+        Error::BadFile {
+            path: self.path.to_path_buf(),
+            msg: format!("missing key `{key}`"),
+        }
+    }
+
+    pub fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| self.bad(key, "true or false", v)),
+        }
+    }
+
+    fn f32_or(&self, key: &str, default: f32) -> Result<f32> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => match v.as_f64() {
+                Some(x) if x.is_finite() && x.abs() <= f32::MAX as f64 => Ok(x as f32),
+                _ => Err(self.bad(key, "a finite number", v)),
+            },
+        }
+    }
+
+    pub fn str_opt(&self, key: &str) -> Result<Option<&str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| self.bad(key, "a string", v)),
+        }
+    }
+
+    fn layer_list(&self, key: &str) -> Result<Vec<usize>> {
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_u64()
+                        .map(|n| n as usize)
+                        .ok_or_else(|| self.bad(key, "a list of layer indices", v))
+                })
+                .collect(),
+            Some(v) => Err(self.bad(key, "a list of layer indices", v)),
+        }
+    }
+}
+
+/// Which blocks are MoE.
+enum LayerRule {
+    /// Every block.
+    All,
+    /// Qwen: `l ∉ mlp_only_layers && (l + 1) % decoder_sparse_step == 0`.
+    Sparse { step: usize, mlp_only: Vec<usize> },
+    /// DeepSeek / GLM: `l ≥ first_k_dense_replace && l % moe_layer_freq == 0`.
+    FirstDense { first_dense: usize, freq: usize },
+}
+
+impl LayerRule {
+    fn is_moe(&self, l: usize) -> bool {
+        match self {
+            LayerRule::All => true,
+            LayerRule::Sparse { step, mlp_only } => !mlp_only.contains(&l) && (l + 1) % step == 0,
+            LayerRule::FirstDense { first_dense, freq } => l >= *first_dense && l % freq == 0,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            LayerRule::All => "every block is MoE".into(),
+            LayerRule::Sparse { step, mlp_only } => {
+                format!("MoE where (layer + 1) % decoder_sparse_step ({step}) == 0 and layer not in mlp_only_layers {mlp_only:?}")
+            }
+            LayerRule::FirstDense { first_dense, freq } => {
+                format!("MoE where layer >= first_k_dense_replace ({first_dense}) and layer % moe_layer_freq ({freq}) == 0")
+            }
+        }
+    }
+}
+
+fn qwen_rule(f: &Fields<'_>) -> Result<LayerRule> {
+    let step = f.usize_or("decoder_sparse_step", MAX_LAYERS, 1)?;
+    if step == 0 {
+        return Err(f.bad("decoder_sparse_step", "an integer >= 1", 0));
+    }
+    Ok(LayerRule::Sparse {
+        step,
+        mlp_only: f.layer_list("mlp_only_layers")?,
+    })
+}
+
+fn deepseek_rule(f: &Fields<'_>, with_freq: bool) -> Result<LayerRule> {
+    let first_dense = f.usize_or("first_k_dense_replace", MAX_LAYERS, 0)?;
+    let freq = if with_freq {
+        f.usize_or("moe_layer_freq", MAX_LAYERS, 1)?
+    } else {
+        1
+    };
+    if freq == 0 {
+        return Err(f.bad("moe_layer_freq", "an integer >= 1", 0));
+    }
+    Ok(LayerRule::FirstDense { first_dense, freq })
+}
+
+/// Grouped (DeepSeek-style) router settings.
+fn grouped(
+    f: &Fields<'_>,
+    scoring: Scoring,
+    group_limited: bool,
+    norm_default: bool,
+) -> Result<RouterKind> {
+    let (n_group, topk_group) = if group_limited {
+        (
+            f.usize_or("n_group", MAX_EXPERTS, 1)?,
+            f.usize_or("topk_group", MAX_EXPERTS, 1)?,
+        )
+    } else {
+        (1, 1)
+    };
+    Ok(RouterKind::Grouped {
+        scoring,
+        bias: None,
+        n_group,
+        topk_group,
+        norm_topk_prob: f.bool_or("norm_topk_prob", norm_default)?,
+        routed_scaling_factor: f.f32_or("routed_scaling_factor", 1.0)?,
+    })
+}
+
+/// Checks an optional string key against the one value this loader supports.
+fn expect_str(f: &Fields<'_>, key: &str, allowed: &[&str], model_type: &str) -> Result<String> {
+    let v = f.str_opt(key)?.unwrap_or(allowed[0]);
+    if allowed.contains(&v) {
+        Ok(v.to_string())
+    } else {
+        Err(crate::error::unsupported(
+            "safetensors::open",
+            format!("{model_type}: {key} = {v:?} (supported: {allowed:?})"),
+        ))
+    }
+}
+
+impl ModelConfig {
+    /// Parses `config.json` text.
+    pub fn parse(text: &str, path: &Path) -> Result<ModelConfig> {
+        let bad = |msg: String| Error::BadFile {
+            path: path.to_path_buf(),
+            msg,
+        };
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+        let obj = root
+            .as_object()
+            .ok_or_else(|| bad("expected a JSON object".into()))?;
+        let f = Fields { path, obj };
+        let model_type = f
+            .str_opt("model_type")?
+            .ok_or_else(|| f.missing("model_type"))?
+            .to_string();
+        let mt = model_type.as_str();
+        let hidden = f.usize_req("hidden_size", MAX_DIM)?;
+        let n_layers = f.usize_req("num_hidden_layers", MAX_LAYERS)?;
+        let quant = QuantConfig::parse(&f)?;
+
+        let mut shared = None;
+        let mut needs_bias = false;
+        let mut block = "mlp";
+        let (n_experts, top_k, intermediate, router, rule) = match mt {
+            "qwen3_moe" | "qwen2_moe" | "qwen3_next" | "olmoe" => {
+                let e = f.usize_req("num_experts", MAX_EXPERTS)?;
+                let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
+                let i_key = if mt == "olmoe" {
+                    "intermediate_size"
+                } else {
+                    "moe_intermediate_size"
+                };
+                let i = f.usize_req(i_key, MAX_DIM)?;
+                let router = RouterKind::SoftmaxTopK {
+                    norm_topk_prob: f.bool_or("norm_topk_prob", false)?,
+                };
+                if mt == "qwen2_moe" || mt == "qwen3_next" {
+                    let s = f.usize_req("shared_expert_intermediate_size", MAX_DIM)?;
+                    if s > 0 {
+                        shared = Some(SharedSpec {
+                            intermediate: s,
+                            prefix: "shared_expert",
+                            gated: true,
+                        });
+                    }
+                }
+                if mt == "olmoe" && f.bool_or("mlp_bias", false)? {
+                    return Err(crate::error::unsupported(
+                        "safetensors::open",
+                        "olmoe with mlp_bias = true (expert biases)",
+                    ));
+                }
+                let rule = if mt == "olmoe" {
+                    LayerRule::All
+                } else {
+                    qwen_rule(&f)?
+                };
+                (e, k, i, router, rule)
+            }
+            "mixtral" => {
+                block = "block_sparse_moe";
+                let e = f.usize_or("num_local_experts", MAX_EXPERTS, 8)?;
+                let k = f.usize_or("num_experts_per_tok", MAX_TOP_K, 2)?;
+                let i = f.usize_or("intermediate_size", MAX_DIM, 14336)?;
+                (e, k, i, RouterKind::TopKSoftmax, LayerRule::All)
+            }
+            "deepseek_v2" | "deepseek_v3" | "glm4_moe" => {
+                let e = f.usize_opt("n_routed_experts", MAX_EXPERTS)?;
+                let v2 = mt == "deepseek_v2";
+                let k = match f.usize_opt("num_experts_per_tok", MAX_TOP_K)? {
+                    Some(k) => k,
+                    None if e.is_none() => 0,
+                    None if mt == "deepseek_v3" => 1,
+                    None => return Err(f.missing("num_experts_per_tok")),
+                };
+                let i = f.usize_or("moe_intermediate_size", MAX_DIM, 1407)?;
+                let router = if v2 {
+                    expect_str(&f, "scoring_func", &["softmax"], mt)?;
+                    let m = expect_str(
+                        &f,
+                        "topk_method",
+                        &["gready", "greedy", "group_limited_greedy"],
+                        mt,
+                    )?;
+                    grouped(&f, Scoring::Softmax, m == "group_limited_greedy", false)?
+                } else {
+                    expect_str(&f, "scoring_func", &["sigmoid"], mt)?;
+                    expect_str(&f, "topk_method", &["noaux_tc"], mt)?;
+                    needs_bias = true;
+                    grouped(&f, Scoring::Sigmoid, true, true)?
+                };
+                if let Some(n) = f.usize_opt("n_shared_experts", 1024)?.filter(|&n| n > 0) {
+                    let s = i.checked_mul(n).filter(|&s| s <= MAX_DIM).ok_or_else(|| {
+                        f.bad(
+                            "n_shared_experts",
+                            "n_shared_experts · moe_intermediate_size ≤ 2^20",
+                            n,
+                        )
+                    })?;
+                    shared = Some(SharedSpec {
+                        intermediate: s,
+                        prefix: "shared_experts",
+                        gated: false,
+                    });
+                }
+                let rule = deepseek_rule(&f, mt != "glm4_moe")?;
+                match e {
+                    Some(e) => (e, k, i, router, rule),
+                    // No routed experts: every block is dense.
+                    None => (
+                        0,
+                        k,
+                        i,
+                        router,
+                        LayerRule::FirstDense {
+                            first_dense: usize::MAX,
+                            freq: 1,
+                        },
+                    ),
+                }
+            }
+            other => {
+                return Err(crate::error::unsupported(
+                    "safetensors::open",
+                    format!(
+                        "{}: model_type {other:?} (supported: {})",
+                        path.display(),
+                        SUPPORTED.join(", ")
+                    ),
+                ))
+            }
+        };
+        let moe_layers: Vec<usize> = if n_experts == 0 {
+            Vec::new()
+        } else {
+            (0..n_layers).filter(|&l| rule.is_moe(l)).collect()
+        };
+        let cfg = ModelConfig {
+            model_type,
+            n_layers,
+            hidden,
+            n_experts,
+            top_k,
+            intermediate,
+            moe_layers,
+            dense_rule: if n_experts == 0 {
+                "the config has no routed experts".into()
+            } else {
+                rule.describe()
+            },
+            router,
+            needs_bias,
+            shared,
+            block,
+            quant,
+        };
+        if !cfg.moe_layers.is_empty() {
+            cfg.check(&f)?;
+        }
+        Ok(cfg)
+    }
+
+    /// Validates the sizes and the router of a model that has MoE layers.
+    fn check(&self, f: &Fields<'_>) -> Result<()> {
+        for (key, v) in [
+            ("hidden_size", self.hidden),
+            ("expert intermediate size", self.intermediate),
+        ] {
+            if v == 0 {
+                return Err(f.bad(key, "a positive integer", 0));
+            }
+        }
+        // Bias length is checked when the tensor is loaded; validate the rest
+        // with a placeholder of the right length.
+        let mut kind = self.router.clone();
+        if let RouterKind::Grouped { bias, .. } = &mut kind {
+            if self.needs_bias {
+                *bias = Some(vec![0.0; self.n_experts]);
+            }
+        }
+        RouterConfig {
+            kind,
+            n_experts: self.n_experts,
+            top_k: self.top_k,
+        }
+        .validate()
+        .map_err(|e| Error::BadFile {
+            path: f.path.to_path_buf(),
+            msg: format!("routing settings: {e}"),
+        })
+    }
+
+    /// The router, human readable.
+    pub fn router_text(&self) -> String {
+        match &self.router {
+            RouterKind::SoftmaxTopK { norm_topk_prob } => {
+                format!("softmax over {} experts → top-{}{}", self.n_experts, self.top_k, if *norm_topk_prob { ", renormalised" } else { "" })
+            }
+            RouterKind::TopKSoftmax => format!("top-{} logits → softmax over the chosen", self.top_k),
+            RouterKind::Gemma4 { .. } => "gemma4".into(),
+            RouterKind::Grouped { scoring, n_group, topk_group, norm_topk_prob, routed_scaling_factor, .. } => format!(
+                "{} scores{} → top-{} in the best {topk_group} of {n_group} groups{} × {routed_scaling_factor}",
+                match scoring {
+                    Scoring::Softmax => "softmax",
+                    Scoring::Sigmoid => "sigmoid",
+                },
+                if self.needs_bias { " + e_score_correction_bias" } else { "" },
+                self.top_k,
+                if *norm_topk_prob { ", renormalised" } else { "" },
+            ),
+        }
+    }
+
+    /// The shared expert, human readable.
+    pub fn shared_text(&self) -> Option<String> {
+        self.shared.as_ref().map(|s| {
+            format!(
+                "{} (intermediate {}){}",
+                s.prefix,
+                s.intermediate,
+                if s.gated {
+                    ", sigmoid-gated by shared_expert_gate"
+                } else {
+                    ""
+                }
+            )
+        })
+    }
+}
+
+/// Reads and parses `dir/config.json`.
+pub(crate) fn read(dir: &Path) -> Result<(PathBuf, ModelConfig)> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let cfg = ModelConfig::parse(&text, &path)?;
+    Ok((path, cfg))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ModelConfig> {
+        ModelConfig::parse(text, Path::new("config.json"))
+    }
+
+    #[test]
+    fn qwen3_layers_and_defaults() {
+        let c = parse(
+            r#"{"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":6,"num_experts":8,
+               "num_experts_per_tok":2,"moe_intermediate_size":32,"decoder_sparse_step":2,"mlp_only_layers":[3]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.moe_layers, vec![1, 5]);
+        assert_eq!(
+            c.router,
+            RouterKind::SoftmaxTopK {
+                norm_topk_prob: false
+            }
+        );
+        assert!(c.shared.is_none());
+    }
+
+    #[test]
+    fn deepseek_v3_defaults_and_v2_greedy() {
+        let c = parse(
+            r#"{"model_type":"deepseek_v3","hidden_size":64,"num_hidden_layers":3,"n_routed_experts":8,
+               "moe_intermediate_size":16,"first_k_dense_replace":1,"n_shared_experts":2}"#,
+        )
+        .unwrap();
+        assert_eq!(c.top_k, 1);
+        assert_eq!(c.moe_layers, vec![1, 2]);
+        assert!(c.needs_bias);
+        assert_eq!(
+            c.shared,
+            Some(SharedSpec {
+                intermediate: 32,
+                prefix: "shared_experts",
+                gated: false
+            })
+        );
+        match c.router {
+            RouterKind::Grouped {
+                scoring,
+                norm_topk_prob,
+                n_group,
+                ..
+            } => {
+                assert_eq!(
+                    (scoring, norm_topk_prob, n_group),
+                    (Scoring::Sigmoid, true, 1)
+                );
+            }
+            ref r => panic!("{r:?}"),
+        }
+        let v2 = parse(
+            r#"{"model_type":"deepseek_v2","hidden_size":64,"num_hidden_layers":2,"n_routed_experts":8,
+               "num_experts_per_tok":2,"n_group":4,"topk_group":1,"topk_method":"greedy"}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            v2.router,
+            RouterKind::Grouped {
+                n_group: 1,
+                scoring: Scoring::Softmax,
+                ..
+            }
+        ));
+        // No routed experts: a dense model.
+        let dense = parse(r#"{"model_type":"deepseek_v2","hidden_size":64,"num_hidden_layers":2}"#)
+            .unwrap();
+        assert!(dense.moe_layers.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e =
+            parse(r#"{"model_type":"llama","hidden_size":64,"num_hidden_layers":2}"#).unwrap_err();
+        assert!(e.to_string().contains("llama"), "{e}");
+        let e = parse(
+            r#"{"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":2,"num_experts":8}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("num_experts_per_tok"), "{e}");
+        let e = parse(r#"{"model_type":"mixtral","hidden_size":-4,"num_hidden_layers":2}"#)
+            .unwrap_err();
+        assert!(e.to_string().contains("hidden_size"), "{e}");
+        let e = parse(r#"{"model_type":"mixtral","hidden_size":64,"num_hidden_layers":2,"num_experts_per_tok":9}"#).unwrap_err();
+        assert!(e.to_string().contains("top_k"), "{e}");
+        let e = parse(
+            r#"{"model_type":"deepseek_v3","hidden_size":64,"num_hidden_layers":2,"n_routed_experts":8,"topk_method":"greedy"}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("topk_method"), "{e}");
+    }
+}

@@ -1,0 +1,383 @@
+//! Tensor names → [`MoeBlock`].
+//!
+//! Under `P = model.layers.N.mlp` (`model.layers.N.block_sparse_moe` for
+//! Mixtral), every weight `[out, in]` (`nn.Linear` orientation):
+//!
+//! | part | mlx-lm | Hugging Face |
+//! |---|---|---|
+//! | router `[E, H]` | `P.gate.{weight[,scales,biases]}` | `P.gate.weight` |
+//! | selection bias `[E]` (DeepSeek-V3, GLM-4-MoE) | `P.gate.e_score_correction_bias` | same |
+//! | experts gate / up `[E, I, H]`, down `[E, H, I]` | `P.switch_mlp.{gate,up,down}_proj.{weight[,scales,biases]}` | `P.experts.{e}.{gate,up,down}_proj.weight` (Mixtral `w1`, `w3`, `w2`), stacked here |
+//! | shared expert | `P.shared_expert.{gate,up,down}_proj` (Qwen) / `P.shared_experts.*` (DeepSeek, GLM) | same |
+//! | shared gate `[1, H]` | `P.shared_expert_gate` | same |
+//!
+//! A module is affine-quantized when the config or a `.scales` tensor says so
+//! (see `quant`); every shape is checked against the sizes in `config.json`.
+
+use super::config::ModelConfig;
+use super::SafetensorsCheckpoint;
+use crate::dtype::DType;
+use crate::error::{invalid, unsupported, Result};
+use crate::format::{storage_shapes, QuantWeights, WeightFormat};
+use crate::moe::{MoeBlock, MoeBlockParts, SharedExpert};
+use crate::ops::act::GateUp;
+use crate::ops::route::{RouterConfig, RouterKind};
+use crate::tensor::{Bytes, Tensor};
+use std::cell::Cell;
+
+const OP: &str = "safetensors::moe_block";
+
+/// How the routed experts are stored.
+enum Experts {
+    /// mlx-lm `switch_mlp`: one `[E, ..]` tensor per projection.
+    Stacked,
+    /// Hugging Face: one tensor per expert; names of gate, up, down.
+    PerExpert([&'static str; 3]),
+}
+
+/// One linear module's tensors, resolved and shape-checked.
+struct Part {
+    format: WeightFormat,
+    /// weight, scales, biases tensor names (scales/biases for affine only).
+    names: Vec<String>,
+    /// Storage dtype and per-module shape of each of `names`.
+    specs: Vec<(DType, Vec<usize>)>,
+}
+
+/// Resolves module `module` (`rows × cols`, with a leading expert axis of
+/// `lead` if given) and checks every tensor's dtype and shape.
+fn part(
+    ck: &SafetensorsCheckpoint,
+    module: &str,
+    lead: Option<usize>,
+    rows: usize,
+    cols: usize,
+) -> Result<Part> {
+    let wname = format!("{module}.weight");
+    if ck.get(&format!("{module}.bias")).is_some() {
+        return Err(unsupported(
+            OP,
+            format!(
+                "{}: `{module}.bias` (linear layers with a bias)",
+                ck.file_of(&wname).display()
+            ),
+        ));
+    }
+    let (wd, wshape) = ck.info(&wname)?;
+    let sname = format!("{module}.scales");
+    let scales_last = ck.get(&sname).map(|r| r.shape.last().copied().unwrap_or(0));
+    let w_last = wshape.last().copied().unwrap_or(0);
+    let format = ck.cfg.quant.resolve(
+        module,
+        cols,
+        w_last,
+        scales_last,
+        WeightFormat::Dense(wd),
+        ck.file_of(&wname),
+    )?;
+    let n = lead.unwrap_or(1);
+    let (dt, dshape, sshape) =
+        storage_shapes(format, n, rows, cols).map_err(|e| ck.bad(&wname, e))?;
+    // Without an expert axis the file holds a plain `[rows, ..]` matrix.
+    let strip = |s: Vec<usize>| {
+        if lead.is_none() {
+            s.get(1..).unwrap_or_default().to_vec()
+        } else {
+            s
+        }
+    };
+    let mut names = vec![wname];
+    let mut specs = vec![(dt, strip(dshape))];
+    if let Some(s) = sshape.map(strip) {
+        let (sd, _) = ck.info(&sname)?;
+        for name in [sname, format!("{module}.biases")] {
+            specs.push((sd, s.clone()));
+            names.push(name);
+        }
+    }
+    for (name, (dtype, shape)) in names.iter().zip(&specs) {
+        let (d, got) = ck.info(name)?;
+        if got != shape.as_slice() || d != *dtype {
+            return Err(ck.bad(
+                name,
+                format!("{d} {got:?}, expected {dtype} {shape:?} ({format}, rows {rows}, cols {cols} from config.json)"),
+            ));
+        }
+    }
+    Ok(Part {
+        format,
+        names,
+        specs,
+    })
+}
+
+/// A `QuantWeights` over the part's tensors (zero-copy where aligned).
+fn weights(
+    ck: &SafetensorsCheckpoint,
+    p: &Part,
+    n: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<QuantWeights> {
+    let mut t = p
+        .names
+        .iter()
+        .map(|name| ck.load(name))
+        .collect::<Result<Vec<Tensor>>>()?
+        .into_iter();
+    let data = t
+        .next()
+        .ok_or_else(|| invalid(OP, "part", "a weight tensor", "none"))?;
+    let (scales, biases) = (t.next(), t.next());
+    QuantWeights::new(p.format, n, rows, cols, data, scales, biases)
+        .map_err(|e| ck.bad(&p.names[0], e))
+}
+
+/// One tensor per expert, stacked into an owned `[E, ..]` copy.
+fn stack(ck: &SafetensorsCheckpoint, parts: &[Part], slot: usize) -> Result<Tensor> {
+    let first = parts
+        .first()
+        .ok_or_else(|| invalid(OP, "experts", "at least one", 0))?;
+    let (dtype, shape) = first
+        .specs
+        .get(slot)
+        .ok_or_else(|| invalid(OP, "slot", "a tensor slot", slot))?;
+    let per = shape.iter().product::<usize>() * dtype.size();
+    let mut buf = Bytes::zeroed(per * parts.len());
+    for (dst, p) in buf.make_mut().chunks_exact_mut(per.max(1)).zip(parts) {
+        let name = p
+            .names
+            .get(slot)
+            .ok_or_else(|| invalid(OP, "slot", "a tensor slot", slot))?;
+        let src = ck.raw(name)?;
+        if src.len() != dst.len() {
+            return Err(ck.bad(name, format!("{} bytes, expected {}", src.len(), dst.len())));
+        }
+        dst.copy_from_slice(src);
+    }
+    let mut full = vec![parts.len()];
+    full.extend_from_slice(shape);
+    Tensor::from_bytes(*dtype, &full, buf)
+}
+
+/// Routed experts of one projection in the Hugging Face layout.
+fn per_expert(
+    ck: &SafetensorsCheckpoint,
+    prefix: &str,
+    name: &str,
+    rows: usize,
+    cols: usize,
+    tick: &dyn Fn(),
+) -> Result<QuantWeights> {
+    let e = ck.cfg.n_experts;
+    let mut parts = Vec::with_capacity(e);
+    for j in 0..e {
+        let p = part(
+            ck,
+            &format!("{prefix}.experts.{j}.{name}"),
+            None,
+            rows,
+            cols,
+        )?;
+        if let Some(first) = parts.first() {
+            let f: &Part = first;
+            if p.format != f.format || p.specs != f.specs {
+                return Err(ck.bad(
+                    &p.names[0],
+                    format!("stored as {}, but expert 0 as {}", p.format, f.format),
+                ));
+            }
+        }
+        parts.push(p);
+        tick();
+    }
+    let first = parts
+        .first()
+        .ok_or_else(|| invalid(OP, "n_experts", "> 0", 0))?;
+    let data = stack(ck, &parts, 0)?;
+    let aux = if first.names.len() == 3 {
+        (Some(stack(ck, &parts, 1)?), Some(stack(ck, &parts, 2)?))
+    } else {
+        (None, None)
+    };
+    QuantWeights::new(first.format, e, rows, cols, data, aux.0, aux.1)
+        .map_err(|err| ck.bad(&first.names[0], err))
+}
+
+fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
+    let stacked = format!("{prefix}.switch_mlp.gate_proj.weight");
+    if ck.get(&stacked).is_some() {
+        return Ok(Experts::Stacked);
+    }
+    for names in [["gate_proj", "up_proj", "down_proj"], ["w1", "w3", "w2"]] {
+        if ck
+            .get(&format!("{prefix}.experts.0.{}.weight", names[0]))
+            .is_some()
+        {
+            return Ok(Experts::PerExpert(names));
+        }
+    }
+    Err(ck.missing(
+        &stacked,
+        &format!(
+            "mlx-lm layout; the Hugging Face `{prefix}.experts.0.gate_proj.weight` is absent too"
+        ),
+    ))
+}
+
+/// The router's `e_score_correction_bias` as f32.
+fn bias(ck: &SafetensorsCheckpoint, prefix: &str, e: usize) -> Result<Vec<f32>> {
+    let name = format!("{prefix}.gate.e_score_correction_bias");
+    let (d, shape) = ck.info(&name)?;
+    if !d.is_float() || shape != [e] {
+        return Err(ck.bad(&name, format!("{d} {shape:?}, expected a float [{e}]")));
+    }
+    ck.load(&name)?.to_f32_vec()
+}
+
+fn check_layer(c: &ModelConfig, layer: usize) -> Result<()> {
+    if layer >= c.n_layers {
+        return Err(invalid(
+            OP,
+            "layer",
+            format!("a block index < num_hidden_layers = {}", c.n_layers),
+            layer,
+        ));
+    }
+    if !c.moe_layers.contains(&layer) {
+        let list = if c.moe_layers.len() > 16 {
+            format!(
+                "{:?} … ({} layers)",
+                &c.moe_layers[..16],
+                c.moe_layers.len()
+            )
+        } else {
+            format!("{:?}", c.moe_layers)
+        };
+        return Err(invalid(
+            OP,
+            "layer",
+            format!(
+                "an MoE layer of this {} checkpoint (MoE layers: {list})",
+                c.model_type
+            ),
+            format!("{layer}, a dense block ({})", c.dense_rule),
+        ));
+    }
+    Ok(())
+}
+
+/// Builds the MoE block of `layer`.
+pub(super) fn build(
+    ck: &SafetensorsCheckpoint,
+    layer: usize,
+    progress: &dyn Fn(usize, usize),
+) -> Result<MoeBlock> {
+    let c = &ck.cfg;
+    check_layer(c, layer)?;
+    let p = format!("model.layers.{layer}.{}", c.block);
+    let (e, h, i) = (c.n_experts, c.hidden, c.intermediate);
+    let experts = detect(ck, &p)?;
+    let shared_parts = c.shared.as_ref().map_or(0, |s| 3 + usize::from(s.gated));
+    let expert_parts = match experts {
+        Experts::Stacked => 3,
+        Experts::PerExpert(_) => 3 * e,
+    };
+    let total = 1 + expert_parts + shared_parts;
+    let done = Cell::new(0);
+    let tick = || {
+        done.set(done.get() + 1);
+        progress(done.get(), total);
+    };
+
+    let router_weight = weights(ck, &part(ck, &format!("{p}.gate"), None, e, h)?, 1, e, h)?;
+    let mut kind = c.router.clone();
+    if let RouterKind::Grouped { bias: b, .. } = &mut kind {
+        if c.needs_bias {
+            *b = Some(bias(ck, &p, e)?);
+        }
+    }
+    tick();
+    let dims = [(i, h), (i, h), (h, i)];
+    let [gate, up, down] = match experts {
+        Experts::Stacked => {
+            let mut w = Vec::with_capacity(3);
+            for (name, (rows, cols)) in ["gate_proj", "up_proj", "down_proj"].iter().zip(dims) {
+                let module = format!("{p}.switch_mlp.{name}");
+                w.push(weights(
+                    ck,
+                    &part(ck, &module, Some(e), rows, cols)?,
+                    e,
+                    rows,
+                    cols,
+                )?);
+                tick();
+            }
+            to3(w)?
+        }
+        Experts::PerExpert(names) => {
+            let mut w = Vec::with_capacity(3);
+            for (name, (rows, cols)) in names.iter().zip(dims) {
+                w.push(per_expert(ck, &p, name, rows, cols, &tick)?);
+            }
+            to3(w)?
+        }
+    };
+    let shared = match &c.shared {
+        None => None,
+        Some(s) => {
+            let si = s.intermediate;
+            let mut w = Vec::with_capacity(3);
+            for (name, (rows, cols)) in
+                ["gate_proj", "up_proj", "down_proj"]
+                    .iter()
+                    .zip([(si, h), (si, h), (h, si)])
+            {
+                let module = format!("{p}.{}.{name}", s.prefix);
+                w.push(weights(
+                    ck,
+                    &part(ck, &module, None, rows, cols)?,
+                    1,
+                    rows,
+                    cols,
+                )?);
+                tick();
+            }
+            let [sg, su, sd] = to3(w)?;
+            let gate = if s.gated {
+                let g = weights(
+                    ck,
+                    &part(ck, &format!("{p}.shared_expert_gate"), None, 1, h)?,
+                    1,
+                    1,
+                    h,
+                )?;
+                tick();
+                Some(g)
+            } else {
+                None
+            };
+            Some(SharedExpert {
+                gate_up: GateUp::separate(sg, su)?,
+                down: sd,
+                gate,
+            })
+        }
+    };
+    MoeBlock::new(MoeBlockParts {
+        router: RouterConfig {
+            kind,
+            n_experts: e,
+            top_k: c.top_k,
+        },
+        router_weight,
+        gate_up: GateUp::separate(gate, up)?,
+        down,
+        shared,
+    })
+}
+
+fn to3(v: Vec<QuantWeights>) -> Result<[QuantWeights; 3]> {
+    let n = v.len();
+    v.try_into().map_err(|_| invalid(OP, "projections", 3, n))
+}

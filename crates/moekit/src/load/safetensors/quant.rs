@@ -1,0 +1,244 @@
+//! mlx-lm quantization settings and how one module's format is resolved.
+//!
+//! `config.json` carries `"quantization": {"group_size": 64, "bits": 4,
+//! "mode": "affine", "<module path>": {...} | false, ...}` (mlx-lm's
+//! `quantize_model` also copies it to `quantization_config`). A module path
+//! such as `model.layers.3.mlp.gate` maps to a dict of `to_quantized` params
+//! (missing keys take mlx's affine defaults: group 64, 4 bits) or to `false`
+//! (left unquantized) or `true` (the top-level params).
+//!
+//! Resolution follows mlx-lm's `load_model` (`class_predicate`): a module named
+//! in the map uses its entry; any other module is quantized iff
+//! `<path>.scales` exists, with group size and bits inferred from the shapes
+//! (`group_size = in / scales.shape[-1]`, `bits = weight.shape[-1] · 32 / in`,
+//! mlx-lm's `infer_quant_config`). Only the `affine` mode is supported.
+
+use super::config::Fields;
+use crate::error::{unsupported, Error, Result};
+use crate::format::{AffineParams, WeightFormat};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Quantization parameters of a module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Params {
+    /// Bits per weight.
+    pub bits: u32,
+    /// Weights per group.
+    pub group_size: usize,
+    /// mlx mode (`affine`, `mxfp4`, ...).
+    pub mode: String,
+}
+
+/// The quantization section of a config.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct QuantConfig {
+    /// Top-level params, if the section has them.
+    pub default: Option<Params>,
+    /// Per-module entries; `None` means `false` (unquantized).
+    pub overrides: HashMap<String, Option<Params>>,
+}
+
+const TOP_KEYS: [&str; 4] = ["group_size", "bits", "mode", "quant_method"];
+
+fn params(f: &Fields<'_>, fallback: (u32, usize)) -> Result<Params> {
+    let bits = f.usize_or("bits", 64, fallback.0 as usize)? as u32;
+    let group_size = f.usize_or("group_size", 1 << 20, fallback.1)?;
+    let mode = f.str_opt("mode")?.unwrap_or("affine").to_string();
+    Ok(Params {
+        bits,
+        group_size,
+        mode,
+    })
+}
+
+impl QuantConfig {
+    /// Reads `quantization` (or, without it, `quantization_config`).
+    pub fn parse(f: &Fields<'_>) -> Result<QuantConfig> {
+        let (key, section) = match (f.obj.get("quantization"), f.obj.get("quantization_config")) {
+            (Some(q), _) if !q.is_null() => ("quantization", q),
+            (_, Some(q)) if !q.is_null() => ("quantization_config", q),
+            _ => return Ok(QuantConfig::default()),
+        };
+        let Value::Object(obj) = section else {
+            return Err(f.bad(key, "an object", section));
+        };
+        let sf = Fields { path: f.path, obj };
+        if let Some(m) = obj.get("quant_method") {
+            return Err(unsupported(
+                "safetensors::open",
+                format!(
+                    "{}: {key}.quant_method = {m} (only mlx affine quantization is supported)",
+                    f.path.display()
+                ),
+            ));
+        }
+        let default = if obj.contains_key("bits") || obj.contains_key("group_size") {
+            Some(params(&sf, (4, 64))?)
+        } else {
+            None
+        };
+        let mut overrides = HashMap::new();
+        for (name, v) in obj.iter().filter(|(k, _)| !TOP_KEYS.contains(&k.as_str())) {
+            let entry = match v {
+                Value::Bool(false) => None,
+                Value::Bool(true) => match &default {
+                    Some(d) => Some(d.clone()),
+                    None => {
+                        return Err(f.bad(
+                            &format!("{key}.{name}"),
+                            "false or params (no top-level bits/group_size)",
+                            v,
+                        ))
+                    }
+                },
+                Value::Object(m) => Some(module_params(f, key, name, m)?),
+                // Other scalars (e.g. metadata numbers) are not module entries.
+                _ => continue,
+            };
+            overrides.insert(name.clone(), entry);
+        }
+        Ok(QuantConfig { default, overrides })
+    }
+
+    /// The format of module `path` (`<path>.weight` has last dim `w_last`,
+    /// logical input size `cols`); `scales_last` is the last dim of
+    /// `<path>.scales` if that tensor exists; `dense` the weight's dtype
+    /// format for an unquantized module. `file` names errors.
+    pub fn resolve(
+        &self,
+        path: &str,
+        cols: usize,
+        w_last: usize,
+        scales_last: Option<usize>,
+        dense: WeightFormat,
+        file: &Path,
+    ) -> Result<WeightFormat> {
+        let bad = |msg: String| Error::BadFile {
+            path: file.to_path_buf(),
+            msg,
+        };
+        let p = match (self.overrides.get(path), scales_last) {
+            (Some(None), None) | (None, None) => return Ok(dense),
+            (Some(None), Some(_)) => {
+                return Err(bad(format!("the quantization config says `{path}`: false, but tensor `{path}.scales` exists")))
+            }
+            (Some(Some(p)), Some(_)) => p.clone(),
+            (Some(Some(p)), None) => {
+                return Err(bad(format!(
+                    "the quantization config gives `{path}` {} bits, group {}, but tensor `{path}.scales` is missing",
+                    p.bits, p.group_size
+                )))
+            }
+            (None, Some(s)) => {
+                let group_size = if s > 0 && cols % s == 0 { cols / s } else { 0 };
+                let bits = if cols > 0 && (w_last * 32) % cols == 0 { (w_last * 32 / cols) as u32 } else { 0 };
+                if group_size == 0 || bits == 0 {
+                    return Err(bad(format!(
+                        "tensor `{path}.weight` (last dim {w_last}) and `{path}.scales` (last dim {s}) do not fit any affine quantization of {cols} input columns"
+                    )));
+                }
+                let mode = self.default.as_ref().map_or("affine", |d| d.mode.as_str()).to_string();
+                Params { bits, group_size, mode }
+            }
+        };
+        if p.mode != "affine" {
+            return Err(unsupported(
+                "safetensors::moe_block",
+                format!(
+                    "{}: `{path}` uses quantization mode {:?} (only affine)",
+                    file.display(),
+                    p.mode
+                ),
+            ));
+        }
+        let f = WeightFormat::Affine(AffineParams {
+            bits: p.bits,
+            group_size: p.group_size,
+        });
+        f.validate("safetensors::moe_block")
+            .map_err(|e| bad(format!("`{path}`: {e}")))?;
+        Ok(f)
+    }
+}
+
+fn module_params(f: &Fields<'_>, key: &str, name: &str, m: &Map<String, Value>) -> Result<Params> {
+    params(
+        &Fields {
+            path: f.path,
+            obj: m,
+        },
+        (4, 64),
+    )
+    .map_err(|e| match e {
+        Error::BadFile { path, msg } => Error::BadFile {
+            path,
+            msg: format!("{key}.{name}: {msg}"),
+        },
+        other => other,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    fn cfg(text: &str) -> Result<QuantConfig> {
+        let v: Value = serde_json::from_str(text).unwrap();
+        QuantConfig::parse(&Fields {
+            path: Path::new("config.json"),
+            obj: v.as_object().unwrap(),
+        })
+    }
+
+    const DENSE: WeightFormat = WeightFormat::Dense(DType::Bf16);
+    fn aff(bits: u32, group_size: usize) -> WeightFormat {
+        WeightFormat::Affine(AffineParams { bits, group_size })
+    }
+
+    #[test]
+    fn overrides_false_true_and_inference() {
+        let q = cfg(
+            r#"{"quantization":{"group_size":64,"bits":4,"mode":"affine",
+            "a.gate":{"group_size":64,"bits":8},"a.off":false,"a.on":true}}"#,
+        )
+        .unwrap();
+        let f = Path::new("m.safetensors");
+        assert_eq!(
+            q.resolve("a.gate", 64, 16, Some(1), DENSE, f).unwrap(),
+            aff(8, 64)
+        );
+        assert_eq!(
+            q.resolve("a.on", 64, 8, Some(1), DENSE, f).unwrap(),
+            aff(4, 64)
+        );
+        assert_eq!(q.resolve("a.off", 64, 64, None, DENSE, f).unwrap(), DENSE);
+        assert!(q.resolve("a.off", 64, 8, Some(1), DENSE, f).is_err());
+        assert!(q.resolve("a.gate", 64, 64, None, DENSE, f).is_err());
+        // Not named: inferred from shapes (mlx-lm's infer_quant_config).
+        assert_eq!(
+            q.resolve("b", 128, 12, Some(4), DENSE, f).unwrap(),
+            aff(3, 32)
+        );
+        assert_eq!(q.resolve("b", 128, 128, None, DENSE, f).unwrap(), DENSE);
+        assert!(q.resolve("b", 100, 7, Some(3), DENSE, f).is_err());
+    }
+
+    #[test]
+    fn other_methods_and_modes_are_unsupported() {
+        assert!(cfg(r#"{"quantization_config":{"quant_method":"fp8"}}"#).is_err());
+        let q = cfg(r#"{"quantization":{"group_size":32,"bits":4,"mode":"mxfp4"}}"#).unwrap();
+        let e = q
+            .resolve("x", 64, 8, Some(2), DENSE, Path::new("f"))
+            .unwrap_err();
+        assert!(e.to_string().contains("mxfp4"), "{e}");
+        assert!(cfg(r#"{"quantization_config":{"group_size":64,"bits":4}}"#)
+            .unwrap()
+            .default
+            .is_some());
+        assert!(cfg(r#"{}"#).unwrap().default.is_none());
+    }
+}

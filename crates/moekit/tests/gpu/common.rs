@@ -1,0 +1,65 @@
+//! Shared helpers of the GPU tests.
+#![allow(dead_code)]
+
+use moekit::{DType, Device, Tensor};
+use rand::{Rng, SeedableRng};
+
+/// The GPU under test; panics (fails the test) without one.
+pub fn gpu() -> Device {
+    match moekit::cuda::available() {
+        Ok(_) => Device::Cuda(0),
+        Err(e) => panic!("GPU test needs a CUDA device: {e}"),
+    }
+}
+
+/// NMSE as ggml's test-backend-ops; panics on a non-finite value (a NaN
+/// left in a poisoned output means an element was never written).
+pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len(), "length");
+    let (mut num, mut den) = (0f64, 0f64);
+    for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+        assert!(a.is_finite(), "element {i} not finite ({a}): unwritten or overflow");
+        num += (a as f64 - b as f64).powi(2);
+        den += (b as f64).powi(2);
+    }
+    if den == 0.0 { num } else { num / den }
+}
+
+/// NMSE bound for an output of `dtype` compared with an f32 CPU result.
+pub fn bound(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-9,
+        DType::F16 => 1e-5,
+        _ => 1e-4, // bf16: 8 bits of mantissa
+    }
+}
+
+pub fn rng(seed: u64) -> rand::rngs::StdRng {
+    rand::rngs::StdRng::seed_from_u64(seed)
+}
+
+/// Random values in [-1, 1) as a CPU tensor of `dtype`.
+pub fn random(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
+    let mut r = rng(seed);
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| r.random::<f32>() * 2.0 - 1.0).collect();
+    Tensor::from_f32(&v, shape, dtype).unwrap()
+}
+
+/// A NaN-filled tensor of `dtype` on the GPU (u32 tensors get 0xFFFFFFFF).
+pub fn poisoned(shape: &[usize], dtype: DType) -> Tensor {
+    let n: usize = shape.iter().product();
+    let t = match dtype {
+        DType::U32 => Tensor::from_slice(&vec![u32::MAX; n], shape).unwrap(),
+        d => Tensor::from_f32(&vec![f32::NAN; n], shape, d).unwrap(),
+    };
+    t.to_device(gpu()).unwrap()
+}
+
+/// f32 values of a tensor on any device.
+pub fn host_f32(t: &Tensor) -> Vec<f32> {
+    t.to_device(Device::Cpu).unwrap().to_f32_vec().unwrap()
+}
+
+/// Token counts every op is tested at.
+pub const TOKENS: [usize; 6] = [1, 2, 7, 64, 333, 4096];

@@ -1,0 +1,1 @@
+//! (filled in with the CUDA kernels of this area)

@@ -1,0 +1,26 @@
+//! Compiles every kernel instance the library can request through NVRTC for
+//! sm_90a and sm_80. Needs libnvrtc but no GPU; CI installs it from PyPI
+//! (`nvidia-cuda-nvrtc`) and runs this with `--ignored`. Without NVRTC it
+//! fails: it never passes by skipping.
+
+use moekit::cuda::jit::compile;
+use moekit::cuda::ops::all_instances;
+use moekit::cuda::Arch;
+
+#[test]
+#[ignore = "needs libnvrtc: run with --ignored (CI does, see .ci/run)"]
+fn every_kernel_instance_compiles_for_sm90a_and_sm80() {
+    let instances = all_instances();
+    assert!(!instances.is_empty());
+    let mut failures = Vec::new();
+    for arch in [Arch::SM90, Arch::SM80] {
+        for (src, expr) in &instances {
+            match compile(src, expr, arch) {
+                Ok(c) => assert!(!c.image.is_empty() && !c.lowered.is_empty()),
+                Err(e) => failures.push(format!("{}: {e}", src.name)),
+            }
+        }
+    }
+    println!("compiled {} instances × 2 architectures", instances.len());
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n\n"));
+}
