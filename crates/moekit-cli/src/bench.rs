@@ -69,7 +69,10 @@ struct Report {
 type AnyErr = Box<dyn std::error::Error>;
 
 /// Median of the timings of `f` in seconds: warm-up, then ≥ 5 runs and ≥ `min_time`.
-fn time_median(min_time: f64, mut f: impl FnMut() -> Result<(), AnyErr>) -> Result<(f64, usize), AnyErr> {
+fn time_median(
+    min_time: f64,
+    mut f: impl FnMut() -> Result<(), AnyErr>,
+) -> Result<(f64, usize), AnyErr> {
     f()?;
     let mut times = Vec::new();
     let start = Instant::now();
@@ -104,10 +107,25 @@ fn measure_read_bandwidth() -> Result<f64, AnyErr> {
     Ok((words.len() * 8) as f64 / t / 1e9)
 }
 
-fn build_block(p: &Preset, format: WeightFormat, seed: u64, bar: &ProgressBar) -> Result<MoeBlock, AnyErr> {
+fn build_block(
+    p: &Preset,
+    format: WeightFormat,
+    seed: u64,
+    bar: &ProgressBar,
+) -> Result<MoeBlock, AnyErr> {
     let (e, h, i) = (p.n_experts, p.hidden, p.intermediate);
     let tick = || bar.inc(1);
-    let rw = |f, n_exp, rows, cols, s| random_weights(f, n_exp, rows, cols, DType::F16, seed.wrapping_add(s), &tick);
+    let rw = |f, n_exp, rows, cols, s| {
+        random_weights(
+            f,
+            n_exp,
+            rows,
+            cols,
+            DType::F16,
+            seed.wrapping_add(s),
+            &tick,
+        )
+    };
     let router_weight = rw(WeightFormat::Dense(DType::F32), 1, e, h, 1)?;
     let gate_up = GateUp::separate(rw(format, e, i, h, 2)?, rw(format, e, i, h, 3)?)?;
     let down = rw(format, e, h, i, 4)?;
@@ -116,18 +134,35 @@ fn build_block(p: &Preset, format: WeightFormat, seed: u64, bar: &ProgressBar) -
         (si, gated) => Some(SharedExpert {
             gate_up: GateUp::separate(rw(format, 1, si, h, 5)?, rw(format, 1, si, h, 6)?)?,
             down: rw(format, 1, h, si, 7)?,
-            gate: if gated { Some(rw(WeightFormat::Dense(DType::F32), 1, 1, h, 8)?) } else { None },
+            gate: if gated {
+                Some(rw(WeightFormat::Dense(DType::F32), 1, 1, h, 8)?)
+            } else {
+                None
+            },
         }),
     };
-    let router = RouterConfig { kind: p.router.clone(), n_experts: e, top_k: p.top_k };
-    Ok(MoeBlock::new(MoeBlockParts { router, router_weight, gate_up, down, shared })?)
+    let router = RouterConfig {
+        kind: p.router.clone(),
+        n_experts: e,
+        top_k: p.top_k,
+    };
+    Ok(MoeBlock::new(MoeBlockParts {
+        router,
+        router_weight,
+        gate_up,
+        down,
+        shared,
+    })?)
 }
 
 fn parse_formats(names: &[String]) -> Result<Vec<WeightFormat>, AnyErr> {
     if names.iter().any(|n| n == "all") {
         return Ok(WeightFormat::all());
     }
-    Ok(names.iter().map(|n| WeightFormat::parse(n)).collect::<Result<_, _>>()?)
+    Ok(names
+        .iter()
+        .map(|n| WeightFormat::parse(n))
+        .collect::<Result<_, _>>()?)
 }
 
 /// Runs the benchmark and prints the table.
@@ -150,7 +185,10 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         "preset {} (E={} k={} H={} I={}), device {device}, activations {dtype}, {threads} threads, read bandwidth {bw:.1} GB/s",
         preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
     );
-    println!("{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9}", "format", "T", "median ms", "weight MB", "GB/s", "% bw", "GFLOP/s");
+    println!(
+        "{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9}",
+        "format", "T", "median ms", "weight MB", "GB/s", "% bw", "GFLOP/s"
+    );
     let mut cases = Vec::new();
     for format in formats {
         let n_mats = 3 * preset.n_experts as u64 + if preset.shared.0 > 0 { 3 } else { 0 } + 2;
@@ -163,7 +201,9 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         bar.finish_and_clear();
         for &t in &a.tokens {
             let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed ^ t as u64);
-            let xv: Vec<f32> = (0..t * preset.hidden).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
+            let xv: Vec<f32> = (0..t * preset.hidden)
+                .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+                .collect();
             let x = Tensor::from_f32(&xv, &[t, preset.hidden], dtype)?;
             let trace = block.forward_on(backend, &x)?;
             let bytes = block.weight_bytes_touched(&trace.routing)?;
@@ -184,7 +224,13 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
             };
             println!(
                 "{:<14} {:>6} {:>10.3} {:>12.1} {:>9.2} {:>6.1}% {:>9.2}",
-                r.format, t, r.median_ms, bytes as f64 / 1e6, r.gb_per_s, r.pct_of_read_bw, r.gflop_per_s
+                r.format,
+                t,
+                r.median_ms,
+                bytes as f64 / 1e6,
+                r.gb_per_s,
+                r.pct_of_read_bw,
+                r.gflop_per_s
             );
             cases.push(r);
         }

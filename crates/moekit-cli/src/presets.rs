@@ -24,7 +24,9 @@ pub fn all() -> Vec<Preset> {
             hidden: 2048,
             intermediate: 768,
             shared: (0, false),
-            router: RouterKind::SoftmaxTopK { norm_topk_prob: true },
+            router: RouterKind::SoftmaxTopK {
+                norm_topk_prob: true,
+            },
         },
         Preset {
             name: "mixtral-8x7b",
@@ -67,7 +69,9 @@ pub fn all() -> Vec<Preset> {
             hidden: 2048,
             intermediate: 512,
             shared: (512, true),
-            router: RouterKind::SoftmaxTopK { norm_topk_prob: false },
+            router: RouterKind::SoftmaxTopK {
+                norm_topk_prob: false,
+            },
         },
     ]
 }

@@ -64,18 +64,68 @@ impl MoeBlock {
     /// Checks that all parts agree on E, H and I.
     pub fn new(p: MoeBlockParts) -> Result<MoeBlock> {
         const OP: &str = "MoeBlock::new";
-        let (e, h, i) = (p.router.n_experts, p.gate_up.hidden(), p.gate_up.intermediate());
+        let (e, h, i) = (
+            p.router.n_experts,
+            p.gate_up.hidden(),
+            p.gate_up.intermediate(),
+        );
         let dims = |w: &QuantWeights| (w.n_experts(), w.rows(), w.cols());
-        ensure(dims(&p.router_weight) == (1, e, h), OP, "router_weight", format!("[1, {e}, {h}]"), format!("{:?}", dims(&p.router_weight)))?;
-        ensure(p.gate_up.n_experts() == e, OP, "gate_up", format!("{e} experts"), p.gate_up.n_experts())?;
-        ensure(dims(&p.down) == (e, h, i), OP, "down", format!("[{e}, {h}, {i}]"), format!("{:?}", dims(&p.down)))?;
-        ensure((1..=32).contains(&p.router.top_k) && p.router.top_k <= e, OP, "router.top_k", format!("1..={}", e.min(32)), p.router.top_k)?;
+        ensure(
+            dims(&p.router_weight) == (1, e, h),
+            OP,
+            "router_weight",
+            format!("[1, {e}, {h}]"),
+            format!("{:?}", dims(&p.router_weight)),
+        )?;
+        ensure(
+            p.gate_up.n_experts() == e,
+            OP,
+            "gate_up",
+            format!("{e} experts"),
+            p.gate_up.n_experts(),
+        )?;
+        ensure(
+            dims(&p.down) == (e, h, i),
+            OP,
+            "down",
+            format!("[{e}, {h}, {i}]"),
+            format!("{:?}", dims(&p.down)),
+        )?;
+        ensure(
+            (1..=32).contains(&p.router.top_k) && p.router.top_k <= e,
+            OP,
+            "router.top_k",
+            format!("1..={}", e.min(32)),
+            p.router.top_k,
+        )?;
         if let Some(s) = &p.shared {
             let si = s.gate_up.intermediate();
-            ensure(s.gate_up.n_experts() == 1 && s.gate_up.hidden() == h, OP, "shared.gate_up", format!("1 expert of [_, {h}]"), format!("{} experts of [_, {}]", s.gate_up.n_experts(), s.gate_up.hidden()))?;
-            ensure(dims(&s.down) == (1, h, si), OP, "shared.down", format!("[1, {h}, {si}]"), format!("{:?}", dims(&s.down)))?;
+            ensure(
+                s.gate_up.n_experts() == 1 && s.gate_up.hidden() == h,
+                OP,
+                "shared.gate_up",
+                format!("1 expert of [_, {h}]"),
+                format!(
+                    "{} experts of [_, {}]",
+                    s.gate_up.n_experts(),
+                    s.gate_up.hidden()
+                ),
+            )?;
+            ensure(
+                dims(&s.down) == (1, h, si),
+                OP,
+                "shared.down",
+                format!("[1, {h}, {si}]"),
+                format!("{:?}", dims(&s.down)),
+            )?;
             if let Some(g) = &s.gate {
-                ensure(dims(g) == (1, 1, h), OP, "shared.gate", format!("[1, 1, {h}]"), format!("{:?}", dims(g)))?;
+                ensure(
+                    dims(g) == (1, 1, h),
+                    OP,
+                    "shared.gate",
+                    format!("[1, 1, {h}]"),
+                    format!("{:?}", dims(g)),
+                )?;
             }
         }
         Ok(MoeBlock { p })
@@ -99,7 +149,13 @@ impl MoeBlock {
     /// Runs the block into a preallocated `out [T, H]` of `x`'s dtype.
     pub fn forward_into(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
         check_shape("MoeBlock::forward_into", "out", out, x.shape())?;
-        ensure(out.dtype() == x.dtype(), "MoeBlock::forward_into", "out", format!("dtype {}", x.dtype()), out.dtype())?;
+        ensure(
+            out.dtype() == x.dtype(),
+            "MoeBlock::forward_into",
+            "out",
+            format!("dtype {}", x.dtype()),
+            out.dtype(),
+        )?;
         let y = self.forward(x)?;
         out.bytes_mut()?.copy_from_slice(y.bytes()?);
         Ok(())
@@ -110,7 +166,13 @@ impl MoeBlock {
         const OP: &str = "MoeBlock::forward";
         check_float(OP, "x", x, 2)?;
         let h = self.hidden();
-        ensure(x.shape()[1] == h, OP, "x", format!("[T, {h}]"), format!("{:?}", x.shape()))?;
+        ensure(
+            x.shape()[1] == h,
+            OP,
+            "x",
+            format!("[T, {h}]"),
+            format!("{:?}", x.shape()),
+        )?;
         let p = &self.p;
         let logits = qmm_on(backend, x, &p.router_weight)?;
         let routing = route_on(backend, &logits, &p.router)?;
@@ -120,9 +182,13 @@ impl MoeBlock {
         let act = gather_swiglu_on(backend, &xs, &p.gate_up, rows)?;
         let ys = gather_mm_on(backend, &act, &p.down, rows)?;
         let mut out = unpermute_on(backend, &ys, &sort, &routing.weights)?;
-        if let Some(s) = &p.shared {
-            let one = Tensor::from_slice(&[0u32, x.shape()[0] as u32], &[2])?;
-            let sa = gather_swiglu_on(backend, x, &s.gate_up, RowExperts::Sorted(&one))?;
+        if let (Some(s), Backend::Cuda) = (&p.shared, backend) {
+            let sa = gather_swiglu_on(backend, x, &s.gate_up, RowExperts::Single)?;
+            let sy = qmm_on(backend, &sa, &s.down)?;
+            let gates = s.gate.as_ref().map(|g| qmm_on(backend, x, g)).transpose()?;
+            crate::cuda::ops::moe::shared_combine(&out, &sy, gates.as_ref())?;
+        } else if let Some(s) = &p.shared {
+            let sa = gather_swiglu_on(backend, x, &s.gate_up, RowExperts::Single)?;
             let sy = qmm_on(backend, &sa, &s.down)?.to_f32_vec()?;
             let gates = match &s.gate {
                 Some(g) => Some(qmm_on(backend, x, g)?.to_f32_vec()?),
@@ -140,6 +206,39 @@ impl MoeBlock {
         Ok(MoeTrace { routing, out })
     }
 
+    /// A copy of the block with every weight on `device`.
+    pub fn to_device(&self, device: crate::Device) -> Result<MoeBlock> {
+        let p = &self.p;
+        let gu = |g: &GateUp| -> Result<GateUp> {
+            match g {
+                GateUp::Separate { gate, up } => {
+                    GateUp::separate(gate.to_device(device)?, up.to_device(device)?)
+                }
+                GateUp::Fused(w) => GateUp::fused(w.to_device(device)?),
+            }
+        };
+        let shared = match &p.shared {
+            Some(s) => Some(SharedExpert {
+                gate_up: gu(&s.gate_up)?,
+                down: s.down.to_device(device)?,
+                gate: s.gate.as_ref().map(|g| g.to_device(device)).transpose()?,
+            }),
+            None => None,
+        };
+        MoeBlock::new(MoeBlockParts {
+            router: p.router.clone(),
+            router_weight: p.router_weight.to_device(device)?,
+            gate_up: gu(&p.gate_up)?,
+            down: p.down.to_device(device)?,
+            shared,
+        })
+    }
+
+    /// Where the weights live.
+    pub fn device(&self) -> crate::Device {
+        self.p.down.device()
+    }
+
     /// Bytes of weights a forward pass reads for `routing`: the router plus
     /// every distinct selected expert (and the shared expert).
     pub fn weight_bytes_touched(&self, routing: &Routing) -> Result<usize> {
@@ -152,16 +251,28 @@ impl MoeBlock {
         }
         let per_expert = p.gate_up.bytes_per_expert() + p.down.bytes_per_expert();
         let shared = p.shared.as_ref().map_or(0, |s| {
-            s.gate_up.bytes_per_expert() + s.down.bytes_per_expert() + s.gate.as_ref().map_or(0, |g| g.bytes_per_expert())
+            s.gate_up.bytes_per_expert()
+                + s.down.bytes_per_expert()
+                + s.gate.as_ref().map_or(0, |g| g.bytes_per_expert())
         });
-        Ok(p.router_weight.bytes_per_expert() + used.iter().filter(|&&u| u).count() * per_expert + shared)
+        Ok(p.router_weight.bytes_per_expert()
+            + used.iter().filter(|&&u| u).count() * per_expert
+            + shared)
     }
 
     /// FLOPs of a forward pass over `t` tokens (2 per multiply-add).
     pub fn flops(&self, t: usize) -> usize {
         let p = &self.p;
-        let (e, h, i, k) = (p.router.n_experts, self.hidden(), p.gate_up.intermediate(), p.router.top_k);
-        let shared = p.shared.as_ref().map_or(0, |s| 3 * h * s.gate_up.intermediate());
+        let (e, h, i, k) = (
+            p.router.n_experts,
+            self.hidden(),
+            p.gate_up.intermediate(),
+            p.router.top_k,
+        );
+        let shared = p
+            .shared
+            .as_ref()
+            .map_or(0, |s| 3 * h * s.gate_up.intermediate());
         2 * t * (e * h + k * 3 * h * i + shared)
     }
 }

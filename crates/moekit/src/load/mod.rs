@@ -63,7 +63,35 @@ pub trait Checkpoint {
     fn moe_block(&self, layer: usize, progress: &dyn Fn(usize, usize)) -> Result<MoeBlock>;
 }
 
-/// Opens a `.gguf` file or a safetensors directory, detecting which.
+/// Opens a `.gguf` file or a safetensors directory, detecting which: a
+/// directory is read as safetensors (`config.json` + weights), a file whose
+/// first bytes are the GGUF magic as GGUF.
 pub fn open(path: &Path) -> Result<Box<dyn Checkpoint>> {
-    Err(crate::error::unsupported("load::open", format!("{}: loaders not implemented yet", path.display())))
+    let bad = |msg: &str| crate::Error::BadFile {
+        path: path.to_path_buf(),
+        msg: msg.to_string(),
+    };
+    let meta = std::fs::metadata(path).map_err(|source| crate::Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.is_dir() {
+        if !safetensors::is_safetensors_dir(path) {
+            return Err(bad("a directory must hold config.json and model.safetensors (or model.safetensors.index.json)"));
+        }
+        return Ok(Box::new(safetensors::open(path)?));
+    }
+    let mut magic = [0u8; 4];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut magic))
+        .map_err(|source| crate::Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if n == 4 && &magic == b"GGUF" {
+        return Ok(Box::new(gguf::GgufCheckpoint::open(path)?));
+    }
+    Err(bad(
+        "not a GGUF file (no GGUF magic) and not a safetensors directory",
+    ))
 }

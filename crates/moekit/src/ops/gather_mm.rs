@@ -19,6 +19,9 @@ pub enum RowExperts<'a> {
     Sorted(&'a Tensor),
     /// `u32 [M]` expert id of each row.
     PerRow(&'a Tensor),
+    /// Every row uses expert 0 (single-expert weights: dense layers, shared
+    /// experts, routers). Needs no index tensor, so no host→device copy.
+    Single,
 }
 
 /// Rows of `x` that one expert multiplies, after validation.
@@ -32,28 +35,74 @@ pub struct Segment {
 
 /// Validates `experts` against `m` rows and `n_experts`, and groups rows by
 /// expert (experts with no rows are left out).
-pub fn segments(op: &'static str, experts: RowExperts<'_>, m: usize, n_experts: usize) -> Result<Vec<Segment>> {
+pub fn segments(
+    op: &'static str,
+    experts: RowExperts<'_>,
+    m: usize,
+    n_experts: usize,
+) -> Result<Vec<Segment>> {
     match experts {
+        RowExperts::Single => {
+            ensure(
+                n_experts == 1,
+                op,
+                "experts",
+                "weights of a single expert for RowExperts::Single",
+                format!("E = {n_experts}"),
+            )?;
+            Ok(vec![Segment {
+                expert: 0,
+                rows: (0..m as u32).collect(),
+            }])
+        }
         RowExperts::Sorted(off) => {
             check_dtype(op, "offsets", off, DType::U32)?;
             let o = off.as_slice::<u32>()?;
-            ensure(o.len() == n_experts + 1, op, "offsets", format!("{} entries (E + 1)", n_experts + 1), o.len())?;
-            let ok = o.first() == Some(&0) && o.windows(2).all(|w| w[0] <= w[1]) && o.last().map(|&l| l as usize) == Some(m);
-            ensure(ok, op, "offsets", format!("non-decreasing from 0 to {m} (rows of x)"), format!("{:?}", short(o)))?;
+            ensure(
+                o.len() == n_experts + 1,
+                op,
+                "offsets",
+                format!("{} entries (E + 1)", n_experts + 1),
+                o.len(),
+            )?;
+            let ok = o.first() == Some(&0)
+                && o.windows(2).all(|w| w[0] <= w[1])
+                && o.last().map(|&l| l as usize) == Some(m);
+            ensure(
+                ok,
+                op,
+                "offsets",
+                format!("non-decreasing from 0 to {m} (rows of x)"),
+                format!("{:?}", short(o)),
+            )?;
             Ok((0..n_experts)
                 .filter(|&e| o[e] < o[e + 1])
-                .map(|e| Segment { expert: e, rows: (o[e]..o[e + 1]).collect() })
+                .map(|e| Segment {
+                    expert: e,
+                    rows: (o[e]..o[e + 1]).collect(),
+                })
                 .collect())
         }
         RowExperts::PerRow(ids) => {
             check_dtype(op, "ids", ids, DType::U32)?;
             let v = ids.as_slice::<u32>()?;
-            ensure(v.len() == m, op, "ids", format!("{m} entries (rows of x)"), v.len())?;
+            ensure(
+                v.len() == m,
+                op,
+                "ids",
+                format!("{m} entries (rows of x)"),
+                v.len(),
+            )?;
             let mut by_expert: Vec<Vec<u32>> = vec![Vec::new(); n_experts];
             for (r, &e) in v.iter().enumerate() {
-                let slot = by_expert
-                    .get_mut(e as usize)
-                    .ok_or_else(|| invalid(op, "ids", format!("expert ids < {n_experts}"), format!("id {e} at row {r}")))?;
+                let slot = by_expert.get_mut(e as usize).ok_or_else(|| {
+                    invalid(
+                        op,
+                        "ids",
+                        format!("expert ids < {n_experts}"),
+                        format!("id {e} at row {r}"),
+                    )
+                })?;
                 slot.push(r as u32);
             }
             Ok(by_expert
@@ -88,16 +137,35 @@ pub fn gather_mm(x: &Tensor, w: &QuantWeights, experts: RowExperts<'_>) -> Resul
 }
 
 /// [`gather_mm`] with an explicit backend.
-pub fn gather_mm_on(backend: Backend, x: &Tensor, w: &QuantWeights, experts: RowExperts<'_>) -> Result<Tensor> {
+pub fn gather_mm_on(
+    backend: Backend,
+    x: &Tensor,
+    w: &QuantWeights,
+    experts: RowExperts<'_>,
+) -> Result<Tensor> {
     const OP: &str = "gather_mm";
     check_float(OP, "x", x, 2)?;
     let (m, k) = (x.shape()[0], x.shape()[1]);
-    ensure(k == w.cols(), OP, "x", format!("{} columns (K of the weights)", w.cols()), k)?;
+    ensure(
+        k == w.cols(),
+        OP,
+        "x",
+        format!("{} columns (K of the weights)", w.cols()),
+        k,
+    )?;
     let segs = segments(OP, experts, m, w.n_experts())?;
     let xv = x.to_f32_vec()?;
-    let args = GatherMmArgs { x: &xv, m, w, segments: &segs };
+    let args = GatherMmArgs {
+        x: &xv,
+        m,
+        w,
+        segments: &segs,
+    };
     if backend == Backend::Cuda {
-        return Err(crate::error::unsupported("gather_mm", "CUDA kernel not written yet"));
+        return Err(crate::error::unsupported(
+            "gather_mm",
+            "CUDA kernel not written yet",
+        ));
     }
     let out = match backend {
         Backend::CpuReference => crate::cpu::reference::gather_mm::gather_mm(&args)?,
@@ -113,8 +181,13 @@ pub fn qmm(x: &Tensor, w: &QuantWeights) -> Result<Tensor> {
 
 /// [`qmm`] with an explicit backend.
 pub fn qmm_on(backend: Backend, x: &Tensor, w: &QuantWeights) -> Result<Tensor> {
-    ensure(w.n_experts() == 1, "qmm", "w", "a single expert (E = 1)", format!("E = {}", w.n_experts()))?;
+    ensure(
+        w.n_experts() == 1,
+        "qmm",
+        "w",
+        "a single expert (E = 1)",
+        format!("E = {}", w.n_experts()),
+    )?;
     check_float("qmm", "x", x, 2)?;
-    let offsets = Tensor::from_slice(&[0u32, x.shape()[0] as u32], &[2])?;
-    gather_mm_on(backend, x, w, RowExperts::Sorted(&offsets))
+    gather_mm_on(backend, x, w, RowExperts::Single)
 }

@@ -5,6 +5,8 @@
 //! kernel is started. [`all_instances`] lists every template instance the
 //! library can request, so CI compiles each one through NVRTC without a GPU.
 
+pub mod moe;
+pub mod norm;
 pub mod permute;
 
 use super::jit::Source;
@@ -24,10 +26,27 @@ pub fn ctype(op: &'static str, dtype: DType) -> Result<&'static str> {
 }
 
 /// Checks a preallocated output: on a CUDA device, `dtype`, `shape`.
-pub fn check_out(op: &'static str, out: &crate::Tensor, dtype: DType, shape: &[usize]) -> Result<()> {
+pub fn check_out(
+    op: &'static str,
+    out: &crate::Tensor,
+    dtype: DType,
+    shape: &[usize],
+) -> Result<()> {
     out.cuda_bytes()?;
-    crate::error::ensure(out.dtype() == dtype, op, "out", format!("dtype {dtype}"), out.dtype())?;
-    crate::error::ensure(out.shape() == shape, op, "out", format!("shape {shape:?}"), format!("{:?}", out.shape()))
+    crate::error::ensure(
+        out.dtype() == dtype,
+        op,
+        "out",
+        format!("dtype {dtype}"),
+        out.dtype(),
+    )?;
+    crate::error::ensure(
+        out.shape() == shape,
+        op,
+        "out",
+        format!("shape {shape:?}"),
+        format!("{:?}", out.shape()),
+    )
 }
 
 /// The activation dtypes every kernel is instantiated for.
@@ -62,8 +81,14 @@ pub unsafe fn launch<P: DeviceRepr>(
     if geo.grid.0 == 0 || geo.grid.1 == 0 || geo.grid.2 == 0 {
         return Ok(());
     }
-    let f = dev.jit().function(dev.context(), dev.arch(), source, name_expr)?;
-    let cfg = LaunchConfig { grid_dim: geo.grid, block_dim: geo.block, shared_mem_bytes: geo.shared };
+    let f = dev
+        .jit()
+        .function(dev.context(), dev.arch(), source, name_expr)?;
+    let cfg = LaunchConfig {
+        grid_dim: geo.grid,
+        block_dim: geo.block,
+        shared_mem_bytes: geo.shared,
+    };
     let mut b = dev.stream().launch_builder(&f);
     b.arg(&params);
     // SAFETY: forwarded from the caller's contract.
@@ -74,5 +99,7 @@ pub unsafe fn launch<P: DeviceRepr>(
 pub fn all_instances() -> Vec<(&'static Source, String)> {
     let mut v = Vec::new();
     v.extend(permute::instances());
+    v.extend(moe::instances());
+    v.extend(norm::instances());
     v
 }

@@ -1,0 +1,249 @@
+//! `moekit run` (one MoE layer of a real checkpoint on an input) and
+//! `moekit inspect` (what a checkpoint holds).
+
+use indicatif::{ProgressBar, ProgressStyle};
+use moekit::load::{self, Checkpoint};
+use moekit::npy::{NpyArray, NpyDType};
+use moekit::{DType, Device, Tensor, WeightFormat};
+use rand::{Rng, SeedableRng};
+use std::path::PathBuf;
+use std::time::Instant;
+
+type AnyErr = Box<dyn std::error::Error>;
+
+/// Arguments of `moekit run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// A `.gguf` file or a safetensors directory (mlx-lm or Hugging Face layout).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Transformer block whose MoE layer runs (default: the first MoE layer).
+    #[arg(long)]
+    pub layer: Option<usize>,
+    /// Input `.npy` (float32 or float16, C order, [T, hidden]); default: random rows.
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// Write the layer's output here as float32 `.npy` [T, hidden].
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Number of random input rows when no --input is given.
+    #[arg(long, default_value_t = 4)]
+    pub tokens: usize,
+    /// Seed of the random input.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// auto (CUDA when available), cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Activation dtype the layer runs in: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+}
+
+/// `auto` → CUDA device 0 when usable, else the CPU.
+pub fn pick_device(name: &str) -> Result<Device, AnyErr> {
+    Ok(match name {
+        "auto" => match moekit::cuda::available() {
+            Ok(_) => Device::Cuda(0),
+            Err(_) => Device::Cpu,
+        },
+        other => Device::parse(other)?,
+    })
+}
+
+fn read_input(path: &PathBuf, hidden: usize) -> Result<Vec<f32>, AnyErr> {
+    let a = NpyArray::read(path)?;
+    let where_ = path.display();
+    if !matches!(a.dtype, NpyDType::F32 | NpyDType::F16) {
+        return Err(format!(
+            "{where_}: input must be float32 or float16, got {:?}",
+            a.dtype
+        )
+        .into());
+    }
+    if a.shape.len() != 2 || a.shape[1] != hidden || a.shape[0] == 0 {
+        return Err(format!(
+            "{where_}: input must have shape [T, {hidden}] with T > 0, got {:?}",
+            a.shape
+        )
+        .into());
+    }
+    let v = a.to_f32()?;
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(format!(
+            "{where_}: input element {i} (row {}, column {}) is not finite",
+            i / hidden,
+            i % hidden
+        )
+        .into());
+    }
+    Ok(v)
+}
+
+fn formats_of(block: &moekit::moe::MoeBlock) -> String {
+    use moekit::ops::act::GateUp;
+    let p = block.parts();
+    let gu: Vec<WeightFormat> = match &p.gate_up {
+        GateUp::Separate { gate, up } => vec![gate.format(), up.format()],
+        GateUp::Fused(w) => vec![w.format()],
+    };
+    let mut names: Vec<String> = gu
+        .iter()
+        .chain(std::iter::once(&p.down.format()))
+        .map(|f| f.to_string())
+        .collect();
+    names.dedup();
+    format!(
+        "experts {} (router {})",
+        names.join("/"),
+        p.router_weight.format()
+    )
+}
+
+/// Runs one MoE layer.
+pub fn run(a: &RunArgs) -> Result<(), AnyErr> {
+    let dtype = DType::parse(&a.dtype)
+        .filter(|d| d.is_float())
+        .ok_or_else(|| format!("--dtype must be f32, f16 or bf16, got {:?}", a.dtype))?;
+    let device = pick_device(&a.device)?;
+    let ckpt = load::open(&a.model)?;
+    let s = ckpt.summary().clone();
+    let layer = match a.layer {
+        Some(l) => l,
+        None => *s
+            .moe_layers
+            .first()
+            .ok_or_else(|| format!("{}: no MoE layer found", a.model.display()))?,
+    };
+    let bar = ProgressBar::hidden();
+    let t0 = Instant::now();
+    let block = ckpt.moe_block(layer, &|done, total| {
+        if total > 16 && bar.is_hidden() {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            bar.set_length(total as u64);
+            if let Ok(st) =
+                ProgressStyle::with_template("loading layer [{bar:30}] {pos}/{len} tensors")
+            {
+                bar.set_style(st);
+            }
+        }
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    let block = block.to_device(device)?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let xv = match &a.input {
+        Some(p) => read_input(p, s.hidden)?,
+        None => {
+            if a.tokens == 0 {
+                return Err("--tokens must be > 0".into());
+            }
+            let mut r = rand::rngs::StdRng::seed_from_u64(a.seed);
+            (0..a.tokens * s.hidden)
+                .map(|_| r.random::<f32>() * 2.0 - 1.0)
+                .collect()
+        }
+    };
+    let t = xv.len() / s.hidden;
+    let x = Tensor::from_f32(&xv, &[t, s.hidden], dtype)?.to_device(device)?;
+    let t1 = Instant::now();
+    let y = block.forward(&x)?.to_device(Device::Cpu)?;
+    let run_s = t1.elapsed().as_secs_f64();
+    println!(
+        "model        {} ({})",
+        a.model.display(),
+        ckpt.file_format()
+    );
+    println!("architecture {}", s.arch);
+    println!(
+        "layer        {layer} of {} (MoE layers: {})",
+        s.n_layers,
+        s.moe_layers.len()
+    );
+    println!("formats      {}", formats_of(&block));
+    println!(
+        "experts      {} (top-{}), hidden {}, intermediate {}",
+        s.n_experts, s.top_k, s.hidden, s.intermediate
+    );
+    println!("router       {}", s.router);
+    if let Some(sh) = &s.shared {
+        println!("shared       {sh}");
+    }
+    println!("tokens       {t} ({dtype})");
+    println!("device       {device}");
+    println!(
+        "time         load {:.1} ms, forward {:.3} ms",
+        load_s * 1e3,
+        run_s * 1e3
+    );
+    if let Some(kb) = peak_rss_kb() {
+        println!("memory       peak RSS {kb} kB");
+    }
+    if let Some(out) = &a.output {
+        NpyArray::from_f32(&y.to_f32_vec()?, &[t, s.hidden]).write(out)?;
+        println!("output       {}", out.display());
+    }
+    Ok(())
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`).
+fn peak_rss_kb() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Arguments of `moekit inspect`.
+#[derive(clap::Args, Debug)]
+pub struct InspectArgs {
+    /// A `.gguf` file or a safetensors directory.
+    pub path: PathBuf,
+}
+
+/// Prints what a checkpoint holds.
+pub fn inspect(a: &InspectArgs) -> Result<(), AnyErr> {
+    use std::io::Write;
+    let ckpt: Box<dyn Checkpoint> = load::open(&a.path)?;
+    let s = ckpt.summary();
+    let mut o = std::io::stdout().lock();
+    let r = (|| -> std::io::Result<()> {
+        writeln!(
+            o,
+            "file         {} ({})",
+            a.path.display(),
+            ckpt.file_format()
+        )?;
+        writeln!(o, "architecture {}", s.arch)?;
+        writeln!(o, "blocks       {} (MoE: {:?})", s.n_layers, s.moe_layers)?;
+        writeln!(
+            o,
+            "experts      {} (top-{}), hidden {}, intermediate {}",
+            s.n_experts, s.top_k, s.hidden, s.intermediate
+        )?;
+        writeln!(o, "router       {}", s.router)?;
+        writeln!(o, "shared       {}", s.shared.as_deref().unwrap_or("none"))?;
+        let tensors = ckpt.tensors();
+        let total: usize = tensors.iter().map(|t| t.bytes).sum();
+        writeln!(
+            o,
+            "tensors      {} ({:.1} MB)",
+            tensors.len(),
+            total as f64 / 1e6
+        )?;
+        for t in tensors {
+            writeln!(
+                o,
+                "  {:<60} {:<8} {:<20} {:>12}",
+                t.name,
+                t.format,
+                format!("{:?}", t.shape),
+                t.bytes
+            )?;
+        }
+        Ok(())
+    })();
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}

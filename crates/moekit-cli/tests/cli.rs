@@ -1,0 +1,345 @@
+//! End-to-end tests of the `moekit` binary on the committed fixture
+//! checkpoints (GGUF written by gguf-py's GGUFWriter; safetensors written by
+//! mlx-lm's own save functions) against their reference outputs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// f32 math on both sides (reference in float64): NMSE ≤ 1e-8.
+const NMSE_BOUND: f64 = 1e-8;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn moekit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_moekit"))
+        .args(args)
+        .output()
+        .expect("run moekit")
+}
+
+fn npy_f32(p: &Path) -> Vec<f32> {
+    moekit::npy::NpyArray::read(p).unwrap().to_f32().unwrap()
+}
+
+fn nmse(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum();
+    let den: f64 = b.iter().map(|&y| (y as f64).powi(2)).sum();
+    num / den
+}
+
+fn run_case(model: &Path, layer: usize, x: &Path, want: &Path, tag: &str) -> f64 {
+    let out = std::env::temp_dir().join(format!(
+        "moekit-cli-{}-{}.npy",
+        std::process::id(),
+        tag.replace('/', "_")
+    ));
+    let o = moekit(&[
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--layer",
+        &layer.to_string(),
+        "--input",
+        x.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--device",
+        "cpu",
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{tag}: {}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for key in [
+        "architecture",
+        "formats",
+        "experts",
+        "tokens",
+        "device       cpu",
+        "time",
+    ] {
+        assert!(stdout.contains(key), "{tag}: output lacks {key}:\n{stdout}");
+    }
+    let e = nmse(&npy_f32(&out), &npy_f32(want));
+    let _ = std::fs::remove_file(out);
+    println!("{tag:<32} layer {layer}: NMSE {e:.2e}");
+    assert!(e <= NMSE_BOUND, "{tag}: NMSE {e:e}");
+    e
+}
+
+#[test]
+fn run_matches_every_gguf_fixture() {
+    let dir = root().join("fixtures/gguf");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        let Some(stem) = name.strip_suffix(".npy") else {
+            continue;
+        };
+        let Some((model, layer)) = stem.rsplit_once("_out_") else {
+            continue;
+        };
+        let layer: usize = layer.parse().unwrap();
+        run_case(
+            &dir.join(format!("{model}.gguf")),
+            layer,
+            &dir.join(format!("{model}_x.npy")),
+            &dir.join(&name),
+            &format!("gguf/{model}"),
+        );
+        n += 1;
+    }
+    assert!(n >= 10, "expected ≥ 10 GGUF reference outputs, found {n}");
+}
+
+#[test]
+fn run_matches_every_safetensors_fixture() {
+    let dir = root().join("fixtures/st");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let case = entry.unwrap().path();
+        if !case.join("meta.json").exists() {
+            continue;
+        }
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(case.join("meta.json")).unwrap())
+                .unwrap();
+        let layer = meta["layer"].as_u64().unwrap() as usize;
+        let tag = format!("st/{}", case.file_name().unwrap().to_string_lossy());
+        run_case(
+            &case,
+            layer,
+            &case.join("x.npy"),
+            &case.join("out.npy"),
+            &tag,
+        );
+        n += 1;
+    }
+    assert!(n >= 10, "expected ≥ 10 safetensors cases, found {n}");
+}
+
+#[test]
+fn inspect_lists_every_fixture() {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(root().join("fixtures/gguf"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "gguf") && !p.ends_with("metadata_types.gguf")
+        })
+        .collect();
+    paths.extend(
+        std::fs::read_dir(root().join("fixtures/st"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("config.json").exists()),
+    );
+    assert!(paths.len() >= 20);
+    for p in paths {
+        let o = moekit(&["inspect", p.to_str().unwrap()]);
+        let s = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{}: {}",
+            p.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            s.contains("architecture") && s.contains("tensors") && s.contains("experts"),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_gives_clear_errors_and_nonzero_exit() {
+    let g = root().join("fixtures/gguf/deepseek2_v3.gguf");
+    let gs = g.to_str().unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["run".into(), "--model".into(), "/nonexistent.gguf".into()],
+            "/nonexistent.gguf",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--model".into(),
+                gs.into(),
+                "--layer".into(),
+                "0".into(),
+            ],
+            "leading dense block",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--model".into(),
+                gs.into(),
+                "--layer".into(),
+                "9".into(),
+            ],
+            "layer",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--model".into(),
+                root().join("Cargo.toml").to_string_lossy().into(),
+            ],
+            "not a GGUF file",
+        ),
+        (
+            vec![
+                "inspect".into(),
+                root().join("fixtures").to_string_lossy().into(),
+            ],
+            "config.json",
+        ),
+    ];
+    for (args, needle) in cases {
+        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let o = moekit(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{a:?} should fail");
+        assert!(
+            err.contains(needle),
+            "{a:?}: stderr lacks {needle:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{a:?} panicked: {err}");
+    }
+    // Wrong input width.
+    let narrow = std::env::temp_dir().join(format!("moekit-narrow-{}.npy", std::process::id()));
+    moekit::npy::NpyArray::from_f32(&[0.5f32; 400], &[4, 100])
+        .write(&narrow)
+        .unwrap();
+    let o = moekit(&["run", "--model", gs, "--input", narrow.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("shape [T, 256]"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(narrow);
+    // Non-finite input.
+    let bad = std::env::temp_dir().join(format!("moekit-nan-{}.npy", std::process::id()));
+    let mut v = vec![0.5f32; 4 * 256];
+    v[300] = f32::NAN;
+    moekit::npy::NpyArray::from_f32(&v, &[4, 256])
+        .write(&bad)
+        .unwrap();
+    let o = moekit(&["run", "--model", gs, "--input", bad.to_str().unwrap()]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("not finite"));
+    let _ = std::fs::remove_file(bad);
+}
+
+/// Writes a qwen3moe GGUF v3 of `layers` MoE layers with Q8_0 experts
+/// (E × [I, H] gate/up, E × [H, I] down) and an f32 router. Every data byte
+/// is written (no sparse holes, which would not count towards RSS if read):
+/// a pattern of valid Q8_0 blocks / finite f32 values.
+fn write_big_gguf(path: &Path, layers: usize, e: u64, h: u64, i: u64) -> u64 {
+    fn s(b: &mut Vec<u8>, x: &str) {
+        b.extend((x.len() as u64).to_le_bytes());
+        b.extend(x.as_bytes());
+    }
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    let q8 = |k: u64, n: u64| k / 32 * 34 * n * e;
+    let per_layer = [
+        ("ffn_gate_inp", 0u32, vec![h, e], h * e * 4),
+        ("ffn_gate_exps", 8, vec![h, i, e], q8(h, i)),
+        ("ffn_up_exps", 8, vec![h, i, e], q8(h, i)),
+        ("ffn_down_exps", 8, vec![i, h, e], q8(i, h)),
+    ];
+    b.extend(((layers * 4) as u64).to_le_bytes());
+    let kv: [(&str, u32); 5] = [
+        ("qwen3moe.block_count", layers as u32),
+        ("qwen3moe.embedding_length", h as u32),
+        ("qwen3moe.expert_count", e as u32),
+        ("qwen3moe.expert_used_count", 2),
+        ("qwen3moe.expert_feed_forward_length", i as u32),
+    ];
+    b.extend(((kv.len() + 1) as u64).to_le_bytes());
+    s(&mut b, "general.architecture");
+    b.extend(8u32.to_le_bytes());
+    s(&mut b, "qwen3moe");
+    for (k, v) in kv {
+        s(&mut b, k);
+        b.extend(4u32.to_le_bytes());
+        b.extend(v.to_le_bytes());
+    }
+    let mut off = 0u64;
+    for l in 0..layers {
+        for (name, ty, ne, bytes) in &per_layer {
+            s(&mut b, &format!("blk.{l}.{name}.weight"));
+            b.extend((ne.len() as u32).to_le_bytes());
+            for d in ne {
+                b.extend(d.to_le_bytes());
+            }
+            b.extend(ty.to_le_bytes());
+            b.extend(off.to_le_bytes());
+            off += bytes.div_ceil(32) * 32;
+        }
+    }
+    while b.len() % 32 != 0 {
+        b.push(0);
+    }
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = std::io::BufWriter::new(f);
+    std::io::Write::write_all(&mut w, &b).unwrap();
+    // 0x2C00 as f16 is 0.0625: a valid scale and a finite f32 bit pattern alike.
+    let chunk: Vec<u8> = (0..1 << 20)
+        .map(|j| if j % 2 == 0 { 0x00 } else { 0x2C })
+        .collect();
+    let mut left = off as usize;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        std::io::Write::write_all(&mut w, &chunk[..n]).unwrap();
+        left -= n;
+    }
+    std::io::Write::flush(&mut w).unwrap();
+    per_layer.iter().map(|p| p.3).sum()
+}
+
+#[test]
+fn loading_one_layer_touches_only_that_layer() {
+    let path = std::env::temp_dir().join(format!("moekit-rss-{}.gguf", std::process::id()));
+    let layer_bytes = write_big_gguf(&path, 10, 8, 1024, 1024);
+    let o = moekit(&[
+        "run",
+        "--model",
+        path.to_str().unwrap(),
+        "--layer",
+        "7",
+        "--tokens",
+        "64",
+        "--device",
+        "cpu",
+    ]);
+    let _ = std::fs::remove_file(&path);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let kb: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("memory       peak RSS "))
+        .and_then(|r| r.trim_end_matches(" kB").parse().ok())
+        .expect("peak RSS line");
+    let limit_kb = 2 * layer_bytes / 1024 + 64 * 1024;
+    println!(
+        "layer {:.1} MB, file {:.1} MB, peak RSS {:.1} MB (limit {:.1} MB)",
+        layer_bytes as f64 / 1e6,
+        10.0 * layer_bytes as f64 / 1e6,
+        kb as f64 / 1e3,
+        limit_kb as f64 / 1e3
+    );
+    assert!(
+        kb < limit_kb,
+        "peak RSS {kb} kB ≥ 2 × layer + 64 MiB = {limit_kb} kB"
+    );
+}

@@ -1,0 +1,597 @@
+//! GGUF loading against the fixtures of `scripts/fixtures/gguf_models.py`
+//! (tiny llama.cpp-named GGUF files written by gguf-py's `GGUFWriter`, and the
+//! MoE outputs computed in float64 numpy from `gguf.quants.dequantize`d
+//! weights, following llama.cpp's `build_moe_ffn`), plus a fuzz test of the
+//! container parser.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is a test failure
+
+mod common_util;
+
+use common_util::{fixture, nmse, rng};
+use moekit::load::gguf::{GgufCheckpoint, GgufFile, SharedBytes, Value};
+use moekit::load::Checkpoint;
+use moekit::npy::NpyArray;
+use moekit::ops::route::{RouterKind, Scoring};
+use moekit::tensor::Storage;
+use moekit::{Backend, Bytes, Tensor};
+use rand::Rng;
+use serde_json::Value as Json;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Largest accepted NMSE between moekit's f32 forward pass and the float64
+/// oracle (same dequantized weights; only f32 rounding differs).
+const NMSE_MAX: f64 = 1e-8;
+
+fn manifest() -> Json {
+    let text = std::fs::read_to_string(fixture("gguf/manifest.json"))
+        .expect("manifest.json (run scripts/gen_fixtures.py --only gguf)");
+    serde_json::from_str(&text).expect("manifest.json parses")
+}
+
+fn models() -> Vec<Json> {
+    manifest()["models"].as_array().expect("models").clone()
+}
+
+fn gguf_path(name: &str) -> std::path::PathBuf {
+    fixture(&format!("gguf/{name}.gguf"))
+}
+
+fn read_bytes(name: &str) -> Vec<u8> {
+    std::fs::read(gguf_path(name)).expect("fixture file")
+}
+
+fn parse(bytes: Vec<u8>) -> moekit::Result<GgufCheckpoint> {
+    GgufCheckpoint::parse(Arc::new(bytes) as SharedBytes, Path::new("in-memory.gguf"))
+}
+
+fn input(name: &str) -> Tensor {
+    NpyArray::read(fixture(&format!("gguf/{name}_x.npy")))
+        .and_then(|a| a.to_tensor())
+        .expect("x.npy")
+}
+
+fn reference(name: &str, layer: usize) -> Vec<f32> {
+    NpyArray::read(fixture(&format!("gguf/{name}_out_{layer}.npy")))
+        .and_then(|a| a.to_f32())
+        .expect("out.npy")
+}
+
+fn usizes(j: &Json) -> Vec<usize> {
+    j.as_array()
+        .expect("array")
+        .iter()
+        .map(|v| v.as_u64().expect("uint") as usize)
+        .collect()
+}
+
+/// Replaces every occurrence of `from` by `to` (same length) in `bytes`; returns the count.
+fn replace_all(bytes: &mut [u8], from: &[u8], to: &[u8]) -> usize {
+    assert_eq!(from.len(), to.len());
+    let mut n = 0;
+    let mut i = 0;
+    while i + from.len() <= bytes.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            n += 1;
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    n
+}
+
+/// Byte offset of the ggml type id in the tensor info of `name`.
+fn type_id_offset(bytes: &[u8], name: &str) -> usize {
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_slice())
+        .expect("tensor info");
+    let dims_at = at + key.len();
+    let n_dims = u32::from_le_bytes(bytes[dims_at..dims_at + 4].try_into().unwrap()) as usize;
+    dims_at + 4 + 8 * n_dims
+}
+
+#[test]
+fn every_fixture_loads_with_the_right_summary() {
+    for m in models() {
+        let name = m["name"].as_str().unwrap();
+        let ck = GgufCheckpoint::open(&gguf_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(ck.file_format(), "gguf");
+        assert_eq!(ck.file().version(), 3, "{name}");
+        let s = ck.summary();
+        assert_eq!(s.arch, m["arch"].as_str().unwrap(), "{name}");
+        assert_eq!(
+            s.n_layers,
+            m["n_layers"].as_u64().unwrap() as usize,
+            "{name}"
+        );
+        assert_eq!(s.moe_layers, usizes(&m["moe_layers"]), "{name}");
+        assert_eq!(
+            s.n_experts,
+            m["n_experts"].as_u64().unwrap() as usize,
+            "{name}"
+        );
+        assert_eq!(s.top_k, m["top_k"].as_u64().unwrap() as usize, "{name}");
+        assert_eq!(s.hidden, m["hidden"].as_u64().unwrap() as usize, "{name}");
+        assert_eq!(
+            s.intermediate,
+            m["intermediate"].as_u64().unwrap() as usize,
+            "{name}"
+        );
+        match &m["shared"] {
+            Json::Null => assert_eq!(s.shared, None, "{name}"),
+            sh => {
+                let d = s
+                    .shared
+                    .as_deref()
+                    .unwrap_or_else(|| panic!("{name}: no shared expert in summary"));
+                assert!(
+                    d.contains(&format!("I = {}", sh["intermediate"])),
+                    "{name}: {d}"
+                );
+                assert_eq!(
+                    d.contains("sigmoid-gated"),
+                    sh["gated"].as_bool().unwrap(),
+                    "{name}: {d}"
+                );
+            }
+        }
+        assert!(!s.router.is_empty());
+
+        let r = &m["router"];
+        for &l in &s.moe_layers {
+            let cfg = ck.router_config(l).unwrap();
+            assert_eq!((cfg.n_experts, cfg.top_k), (s.n_experts, s.top_k), "{name}");
+            let norm = r["norm"].as_bool().unwrap();
+            match (r["kind"].as_str().unwrap(), &cfg.kind) {
+                ("topk_softmax", RouterKind::TopKSoftmax) => assert!(norm),
+                ("softmax_topk", RouterKind::SoftmaxTopK { norm_topk_prob }) => {
+                    assert_eq!(*norm_topk_prob, norm, "{name}")
+                }
+                (
+                    "grouped",
+                    RouterKind::Grouped {
+                        scoring,
+                        bias,
+                        n_group,
+                        topk_group,
+                        norm_topk_prob,
+                        routed_scaling_factor,
+                    },
+                ) => {
+                    let want = if r["scoring"] == "sigmoid" {
+                        Scoring::Sigmoid
+                    } else {
+                        Scoring::Softmax
+                    };
+                    assert_eq!(*scoring, want, "{name}");
+                    assert_eq!(bias.is_some(), r["bias"].as_bool().unwrap(), "{name}");
+                    assert_eq!(*n_group, r["n_group"].as_u64().unwrap() as usize, "{name}");
+                    assert_eq!(
+                        *topk_group,
+                        r["topk_group"].as_u64().unwrap() as usize,
+                        "{name}"
+                    );
+                    assert_eq!(*norm_topk_prob, norm, "{name}");
+                    assert_eq!(
+                        *routed_scaling_factor as f64,
+                        r["scale"].as_f64().unwrap(),
+                        "{name}"
+                    );
+                }
+                (want, got) => panic!("{name}: router {got:?}, want {want}"),
+            }
+        }
+
+        // The tensor listing: the router of the first MoE block is [E, H].
+        let l = s.moe_layers[0];
+        let entries = ck.tensors();
+        let router = entries
+            .iter()
+            .find(|t| t.name == format!("blk.{l}.ffn_gate_inp.weight"))
+            .expect("router entry");
+        assert_eq!(router.shape, vec![s.n_experts, s.hidden], "{name}");
+        let bytes_per = match router.format.as_str() {
+            "f32" => 4,
+            "f16" | "bf16" => 2,
+            f => panic!("{name}: router format {f}"),
+        };
+        assert_eq!(router.bytes, s.n_experts * s.hidden * bytes_per);
+    }
+}
+
+#[test]
+fn every_fixture_matches_the_numpy_oracle() {
+    for m in models() {
+        let name = m["name"].as_str().unwrap();
+        let ck = GgufCheckpoint::open(&gguf_path(name)).unwrap();
+        let x = input(name);
+        for l in usizes(&m["moe_layers"]) {
+            let calls = std::cell::RefCell::new(Vec::new());
+            let block = ck
+                .moe_block(l, &|d, t| calls.borrow_mut().push((d, t)))
+                .unwrap_or_else(|e| panic!("{name} block {l}: {e}"));
+            let calls = calls.into_inner();
+            let total = calls.last().expect("progress was reported").1;
+            assert_eq!(
+                calls,
+                (1..=total).map(|d| (d, total)).collect::<Vec<_>>(),
+                "{name}: progress"
+            );
+            let want = reference(name, l);
+            for backend in [Backend::CpuReference, Backend::CpuFast] {
+                let got = block
+                    .forward_on(backend, &x)
+                    .unwrap()
+                    .out
+                    .to_f32_vec()
+                    .unwrap();
+                let e = nmse(&got, &want);
+                println!("{name} block {l} {backend:?}: NMSE {e:.2e}");
+                assert!(
+                    e <= NMSE_MAX,
+                    "{name} block {l} {backend:?}: NMSE {e:e} > {NMSE_MAX:e}"
+                );
+            }
+        }
+    }
+}
+
+fn is_shared(t: &Tensor) -> bool {
+    matches!(t.storage(), Storage::Cpu(Bytes::Shared { .. }))
+}
+
+#[test]
+fn weights_are_zero_copy_views_except_interleaved_per_expert_tensors() {
+    let ck = GgufCheckpoint::open(&gguf_path("qwen2moe_q4_0")).unwrap();
+    let b = ck.moe_block(0, &|_, _| {}).unwrap();
+    let p = b.parts();
+    assert!(is_shared(p.router_weight.data()) && is_shared(p.down.data()));
+    let s = p.shared.as_ref().unwrap();
+    assert!(is_shared(s.down.data()) && is_shared(s.gate.as_ref().unwrap().data()));
+
+    // Block 0 stores experts interleaved (gate.0, down.0, up.0, gate.1, …):
+    // stacked by copying. Block 1 stores each projection's experts back to
+    // back: one view. Both give the oracle's output (checked above).
+    let ck = GgufCheckpoint::open(&gguf_path("mixtral_per_expert")).unwrap();
+    let b0 = ck.moe_block(0, &|_, _| {}).unwrap();
+    let b1 = ck.moe_block(1, &|_, _| {}).unwrap();
+    assert!(!is_shared(b0.parts().down.data()));
+    assert!(is_shared(b1.parts().down.data()));
+}
+
+#[test]
+fn version_2_files_load_the_same() {
+    let mut bytes = read_bytes("deepseek2_v3");
+    assert_eq!(bytes[4..8], 3u32.to_le_bytes());
+    bytes[4..8].copy_from_slice(&2u32.to_le_bytes());
+    let ck = parse(bytes).unwrap();
+    assert_eq!(ck.file().version(), 2);
+    let x = input("deepseek2_v3");
+    let got = ck
+        .moe_block(1, &|_, _| {})
+        .unwrap()
+        .forward(&x)
+        .unwrap()
+        .to_f32_vec()
+        .unwrap();
+    assert!(nmse(&got, &reference("deepseek2_v3", 1)) <= NMSE_MAX);
+
+    let mut bytes = read_bytes("deepseek2_v3");
+    bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+    let e = parse(bytes).unwrap_err().to_string();
+    assert!(e.contains("version 1"), "{e}");
+    let mut bytes = read_bytes("deepseek2_v3");
+    bytes[4..8].copy_from_slice(&3u32.to_be_bytes());
+    let e = parse(bytes).unwrap_err().to_string();
+    assert!(e.contains("big-endian"), "{e}");
+}
+
+fn check_value(key: &str, v: &Value, ty: &str, want: &Json) {
+    assert_eq!(v.type_name(), ty, "{key}");
+    match v {
+        Value::String(s) => assert_eq!(s, want.as_str().unwrap(), "{key}"),
+        Value::Bool(b) => assert_eq!(*b, want.as_bool().unwrap(), "{key}"),
+        Value::F32(f) => assert_eq!(*f as f64, want.as_f64().unwrap(), "{key}"),
+        Value::F64(f) => assert_eq!(*f, want.as_f64().unwrap(), "{key}"),
+        Value::I8(_) | Value::I16(_) | Value::I32(_) | Value::I64(_) => {
+            assert_eq!(v.as_f64().unwrap() as i64, want.as_i64().unwrap(), "{key}")
+        }
+        Value::Array(items) => {
+            let want = want.as_array().unwrap();
+            assert_eq!(items.len(), want.len(), "{key}");
+            for (item, w) in items.iter().zip(want) {
+                check_value(key, &item, w[0].as_str().unwrap(), &w[1]);
+            }
+        }
+        _ => assert_eq!(v.as_u64().unwrap(), want.as_u64().unwrap(), "{key}"),
+    }
+}
+
+#[test]
+fn metadata_of_every_type_parses() {
+    let f = GgufFile::open(&gguf_path("metadata_types")).unwrap();
+    let want = manifest()["metadata"].as_array().unwrap().clone();
+    assert_eq!(f.metadata().len(), want.len());
+    for (w, (key, v)) in want.iter().zip(f.metadata()) {
+        assert_eq!(key, w[0].as_str().unwrap());
+        check_value(key, v, w[1].as_str().unwrap(), &w[2]);
+        assert_eq!(f.get(key), Some(v));
+    }
+    assert_eq!(f.alignment(), 64);
+    assert_eq!(f.data_offset() % 64, 0);
+    let a = f.tensor("a").unwrap();
+    let b = f.tensor("b").unwrap();
+    assert_eq!((a.ne.clone(), a.ty.name, a.nbytes), (vec![3], "f32", 12));
+    assert_eq!(
+        (b.ne.clone(), b.shape(), b.ty.name, b.nbytes),
+        (vec![3, 2], vec![2, 3], "f16", 12)
+    );
+    assert_eq!(a.start, f.data_offset());
+    assert_eq!(b.start, f.data_offset() + 64, "second tensor aligned to 64");
+    let data = f.tensor_bytes(a).unwrap();
+    let vals: Vec<f32> = data
+        .as_slice()
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(vals, vec![0.0, 1.0, 2.0]);
+    // A GGUF with no block_count is not a checkpoint.
+    let e = GgufCheckpoint::open(&gguf_path("metadata_types"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("llama.block_count"), "{e}");
+}
+
+/// The error of opening `bytes` or, if that works, of building block `layer`.
+fn load_err(bytes: Vec<u8>, layer: usize) -> String {
+    match parse(bytes) {
+        Ok(ck) => ck
+            .moe_block(layer, &|_, _| {})
+            .expect_err("load should fail")
+            .to_string(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn missing_and_misnamed_tensors_are_named() {
+    let base = read_bytes("qwen3moe_f32");
+    let mut b = base.clone();
+    assert_eq!(
+        replace_all(&mut b, b"blk.0.ffn_down_exps", b"blk.0.ffn_dowm_exps"),
+        1
+    );
+    let e = load_err(b, 0);
+    assert!(
+        e.contains("missing tensor `blk.0.ffn_down_exps.weight`"),
+        "{e}"
+    );
+
+    let mut b = base.clone();
+    replace_all(&mut b, b"blk.0.ffn_gate_exps", b"blk.0.ffn_gate_expz");
+    let e = load_err(b, 0);
+    assert!(
+        e.contains("missing tensor `blk.0.ffn_gate_exps.weight`"),
+        "{e}"
+    );
+
+    // An expert bias moekit cannot apply is refused, not ignored.
+    let mut b = base.clone();
+    replace_all(
+        &mut b,
+        b"blk.0.ffn_up_exps.weight",
+        b"blk.0.ffn_up_exps.bias\0\0",
+    );
+    let e = load_err(b, 0);
+    assert!(e.contains("blk.0.ffn_up_exps.bias"), "{e}");
+
+    // Without its router, block 0 is not an MoE block.
+    let mut b = base.clone();
+    replace_all(&mut b, b"blk.0.ffn_gate_inp", b"blk.0.ffn_gate_inq");
+    let ck = parse(b).unwrap();
+    assert!(ck.summary().moe_layers.is_empty());
+    let e = ck.moe_block(0, &|_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("no `blk.0.ffn_gate_inp.weight`"), "{e}");
+
+    // qwen2moe's shared expert gate is required.
+    let mut b = read_bytes("qwen2moe_q4_0");
+    replace_all(&mut b, b"ffn_gate_inp_shexp", b"ffn_gate_inp_shexq");
+    let e = load_err(b, 0);
+    assert!(
+        e.contains("missing tensor `blk.0.ffn_gate_inp_shexp.weight`"),
+        "{e}"
+    );
+
+    // glm4moe requires the selection bias.
+    let mut b = read_bytes("glm4moe_q8_0");
+    replace_all(&mut b, b"exp_probs_b", b"exp_probs_c");
+    let e = load_err(b, 1);
+    assert!(e.contains("missing tensor `blk.1.exp_probs_b.bias`"), "{e}");
+}
+
+#[test]
+fn dense_and_out_of_range_blocks_are_errors() {
+    let ck = GgufCheckpoint::open(&gguf_path("deepseek2_v2")).unwrap();
+    let e = ck.moe_block(0, &|_, _| {}).unwrap_err().to_string();
+    assert!(
+        e.contains("leading dense block") && e.contains("deepseek2_v2.gguf"),
+        "{e}"
+    );
+    let e = ck.moe_block(2, &|_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("< 2"), "{e}");
+    assert!(ck.router_config(0).is_err());
+    assert!(ck.moe_block(1, &|_, _| {}).is_ok());
+}
+
+#[test]
+fn unsupported_types_and_architectures_are_named() {
+    // iq4_nl has q4_0's block size and bytes: only the type id changes.
+    let mut b = read_bytes("qwen2moe_q4_0");
+    let at = type_id_offset(&b, "blk.0.ffn_up_exps.weight");
+    assert_eq!(b[at..at + 4], 2u32.to_le_bytes(), "q4_0");
+    b[at..at + 4].copy_from_slice(&20u32.to_le_bytes());
+    let ck = parse(b).unwrap();
+    let e = ck.moe_block(0, &|_, _| {}).unwrap_err().to_string();
+    assert!(
+        e.contains("blk.0.ffn_up_exps.weight")
+            && e.contains("iq4_nl")
+            && e.contains("in-memory.gguf"),
+        "{e}"
+    );
+    assert!(ck.tensors().iter().any(|t| t.format == "iq4_nl"));
+
+    let mut b = read_bytes("olmoe_q5");
+    assert!(replace_all(&mut b, b"olmoe", b"olmoz") > 1);
+    let e = parse(b).unwrap_err().to_string();
+    assert!(e.contains("`olmoz` is not supported"), "{e}");
+
+    // Softmax routing with expert groups is refused (see load::gguf::arch).
+    let mut b = read_bytes("deepseek2_v3");
+    let key = b"deepseek2.expert_gating_func";
+    let at = b.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    assert_eq!(b[at..at + 8], [4, 0, 0, 0, 2, 0, 0, 0], "u32 2 (sigmoid)");
+    b[at + 4] = 1;
+    let e = parse(b).unwrap_err().to_string();
+    assert!(e.contains("softmax gating with 4 expert groups"), "{e}");
+}
+
+/// Loads `bytes` completely (summary, listing, every MoE block, a forward
+/// pass when `x` fits); `Some(ok)` unless it panicked.
+fn try_load(bytes: Vec<u8>, x: Option<&Tensor>) -> Option<bool> {
+    catch_unwind(AssertUnwindSafe(|| {
+        let run = || -> moekit::Result<()> {
+            let ck = parse(bytes)?;
+            let _ = ck.tensors();
+            for (_, v) in ck.file().metadata() {
+                let _ = (
+                    v.as_u64(),
+                    v.as_f64(),
+                    v.as_str(),
+                    v.as_array().map(|a| a.len()),
+                );
+            }
+            for l in ck.summary().moe_layers.clone() {
+                let block = ck.moe_block(l, &|_, _| {})?;
+                if let Some(x) = x.filter(|x| x.shape()[1] == block.hidden()) {
+                    block.forward(x)?;
+                }
+            }
+            Ok(())
+        };
+        run().is_ok()
+    }))
+    .ok()
+}
+
+#[test]
+fn fuzzed_files_never_panic() {
+    let start = std::time::Instant::now();
+    let mut r = rng(0x6767_7566);
+    let (mut variants, mut ok, mut err, mut panics) = (0usize, 0usize, 0usize, Vec::new());
+    let bases = [
+        "qwen3moe_f32",
+        "deepseek2_v3",
+        "mixtral_per_expert",
+        "qwen2moe_q4_0",
+        "metadata_types",
+    ];
+    for name in bases {
+        let base = read_bytes(name);
+        let header = GgufFile::parse(Arc::new(base.clone()), Path::new(name))
+            .unwrap()
+            .data_offset();
+        let x = (name != "metadata_types").then(|| input(name));
+        let mut cases: Vec<(String, Vec<u8>, bool)> = Vec::new();
+        // Truncations: densely through the header, sparsely through the data.
+        for cut in (0..header.min(base.len()))
+            .step_by((header / 250).max(1))
+            .chain((0..20).map(|i| header + (base.len() - header) * i / 20))
+        {
+            cases.push((format!("truncated at {cut}"), base[..cut].to_vec(), false));
+        }
+        // Random bytes in the header (1 to 4 of them).
+        for _ in 0..300 {
+            let mut b = base.clone();
+            let n = r.random_range(1..=4);
+            for _ in 0..n {
+                let at = r.random_range(0..header);
+                b[at] = r.random();
+            }
+            cases.push(("header bytes".into(), b, false));
+        }
+        // Huge counts, lengths, dims and offsets: an 8- or 4-byte field anywhere in the header.
+        let huge: [u64; 6] = [
+            u64::MAX,
+            1 << 63,
+            1 << 40,
+            (1 << 32) - 1,
+            1 << 31,
+            0x7fff_ffff_ffff_ffff,
+        ];
+        for _ in 0..200 {
+            let mut b = base.clone();
+            let at = r.random_range(0..header - 8);
+            let v = huge[r.random_range(0..huge.len())];
+            let width = if r.random() { 8 } else { 4 };
+            b[at..at + width].copy_from_slice(&v.to_le_bytes()[..width]);
+            cases.push((format!("huge {v:#x} at {at}"), b, false));
+        }
+        for (at, v) in [
+            (8usize, u64::MAX),
+            (16, u64::MAX),
+            (8, 1 << 40),
+            (16, 1 << 40),
+            (16, 0),
+            (8, 0),
+        ] {
+            let mut b = base.clone();
+            b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            cases.push((format!("count {v:#x} at {at}"), b, false));
+        }
+        // Every position of the two smallest headers, as a huge 8-byte field.
+        if name == "qwen3moe_f32" || name == "metadata_types" {
+            for at in 0..header - 8 {
+                for v in [u64::MAX, 1 << 40] {
+                    let mut b = base.clone();
+                    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+                    cases.push((format!("sweep {v:#x} at {at}"), b, false));
+                }
+            }
+        }
+        // Random bytes in the tensor data, run through a forward pass.
+        for _ in 0..30 {
+            let mut b = base.clone();
+            for _ in 0..8 {
+                let at = r.random_range(header..b.len());
+                b[at] = r.random();
+            }
+            cases.push(("data bytes".into(), b, true));
+        }
+        for (what, bytes, forward) in cases {
+            variants += 1;
+            match try_load(bytes, if forward { x.as_ref() } else { None }) {
+                Some(true) => ok += 1,
+                Some(false) => err += 1,
+                None => panics.push(format!("{name}: {what}")),
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{variants} variants: {ok} loaded, {err} errors, {} panics in {secs:.2} s",
+        panics.len()
+    );
+    assert!(panics.is_empty(), "panicked on: {panics:#?}");
+    assert!(variants >= 1000, "{variants} variants");
+    assert!(
+        ok > 0 && err > 0,
+        "the mutations should produce both outcomes: {ok} ok, {err} errors"
+    );
+}
