@@ -5,6 +5,8 @@
 //! * `moekit bench` — times whole MoE blocks of real model shapes on synthetic
 //!   weights against the machine's measured memory bandwidth.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod bench;
 mod presets;
 mod run;

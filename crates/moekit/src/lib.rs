@@ -19,6 +19,8 @@
 //! 6. **CLI** — the `moekit` binary in the `moekit-cli` crate.
 
 #![deny(missing_docs)]
+// No panics in library code: unwrap/expect only in tests.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cpu;
 pub mod cuda;

@@ -30,7 +30,14 @@ pub struct Source {
 
 /// Headers every kernel source may `#include "moekit/..."`.
 pub static HEADERS: &[Source] = &[
-    Source { name: "moekit/common.cuh", text: include_str!("../../kernels/common.cuh") },
+    Source {
+        name: "moekit/common.cuh",
+        text: include_str!("../../kernels/common.cuh"),
+    },
+    Source {
+        name: "moekit/dequant.cuh",
+        text: include_str!("../../kernels/dequant.cuh"),
+    },
 ];
 
 /// Options passed to NVRTC for every kernel (besides the architecture).
@@ -48,7 +55,9 @@ fn nvrtc_ok(r: nv::nvrtcResult, what: &str) -> Result<()> {
 pub fn nvrtc_version() -> Result<(i32, i32)> {
     // SAFETY: probes whether the shared library can be loaded.
     if !unsafe { nv::is_culib_present() } {
-        return Err(Error::NoCuda("libnvrtc was not found (set LD_LIBRARY_PATH; CI installs nvidia-cuda-nvrtc)".into()));
+        return Err(Error::NoCuda(
+            "libnvrtc was not found (set LD_LIBRARY_PATH; CI installs nvidia-cuda-nvrtc)".into(),
+        ));
     }
     let (mut a, mut b) = (0, 0);
     // SAFETY: two valid out-pointers.
@@ -88,10 +97,15 @@ fn program_log(p: &Program) -> String {
             return String::new();
         }
         let mut buf = vec![0u8; n];
-        if nv::nvrtcGetProgramLog(p.0, buf.as_mut_ptr() as *mut c_char) != nv::nvrtcResult::NVRTC_SUCCESS {
+        if nv::nvrtcGetProgramLog(p.0, buf.as_mut_ptr() as *mut c_char)
+            != nv::nvrtcResult::NVRTC_SUCCESS
+        {
             return String::new();
         }
-        String::from_utf8_lossy(&buf).trim_end_matches('\0').trim_end().to_string()
+        String::from_utf8_lossy(&buf)
+            .trim_end_matches('\0')
+            .trim_end()
+            .to_string()
     }
 }
 
@@ -102,8 +116,14 @@ pub fn compile(source: &Source, name_expr: &str, arch: Arch) -> Result<Compiled>
     let target = arch.nvrtc_target();
     let src = cstring(source.text)?;
     let name = cstring(source.name)?;
-    let hdr_texts = HEADERS.iter().map(|h| cstring(h.text)).collect::<Result<Vec<_>>>()?;
-    let hdr_names = HEADERS.iter().map(|h| cstring(h.name)).collect::<Result<Vec<_>>>()?;
+    let hdr_texts = HEADERS
+        .iter()
+        .map(|h| cstring(h.text))
+        .collect::<Result<Vec<_>>>()?;
+    let hdr_names = HEADERS
+        .iter()
+        .map(|h| cstring(h.name))
+        .collect::<Result<Vec<_>>>()?;
     let hdr_text_ptrs: Vec<*const c_char> = hdr_texts.iter().map(|c| c.as_ptr()).collect();
     let hdr_name_ptrs: Vec<*const c_char> = hdr_names.iter().map(|c| c.as_ptr()).collect();
     let mut prog = Program(std::ptr::null_mut());
@@ -123,8 +143,11 @@ pub fn compile(source: &Source, name_expr: &str, arch: Arch) -> Result<Compiled>
     )?;
     let expr = cstring(name_expr)?;
     // SAFETY: valid program and C string.
-    nvrtc_ok(unsafe { nv::nvrtcAddNameExpression(prog.0, expr.as_ptr()) }, "nvrtcAddNameExpression")?;
-    let mut opts: Vec<CString> = OPTIONS.iter().map(|o| cstring(o)).collect::<Result<_>>()?;
+    nvrtc_ok(
+        unsafe { nv::nvrtcAddNameExpression(prog.0, expr.as_ptr()) },
+        "nvrtcAddNameExpression",
+    )?;
+    let mut opts: Vec<CString> = OPTIONS.iter().map(|o: &&str| cstring(o)).collect::<Result<_>>()?;
     opts.push(cstring(&format!("--gpu-architecture={target}"))?);
     if let Some(inc) = cuda_include_dir() {
         opts.push(cstring(&format!("-I{}", inc.display()))?);
@@ -133,22 +156,39 @@ pub fn compile(source: &Source, name_expr: &str, arch: Arch) -> Result<Compiled>
     // SAFETY: valid program; options array of the stated length.
     let r = unsafe { nv::nvrtcCompileProgram(prog.0, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
     if r != nv::nvrtcResult::NVRTC_SUCCESS {
-        return Err(Error::Compile { kernel: name_expr.to_string(), arch: target, log: program_log(&prog) });
+        return Err(Error::Compile {
+            kernel: name_expr.to_string(),
+            arch: target,
+            log: program_log(&prog),
+        });
     }
     let mut lowered: *const c_char = std::ptr::null();
     // SAFETY: the name expression was added before compiling.
-    nvrtc_ok(unsafe { nv::nvrtcGetLoweredName(prog.0, expr.as_ptr(), &mut lowered) }, "nvrtcGetLoweredName")?;
+    nvrtc_ok(
+        unsafe { nv::nvrtcGetLoweredName(prog.0, expr.as_ptr(), &mut lowered) },
+        "nvrtcGetLoweredName",
+    )?;
     if lowered.is_null() {
-        return Err(Error::NoCuda(format!("NVRTC returned no lowered name for {name_expr}")));
+        return Err(Error::NoCuda(format!(
+            "NVRTC returned no lowered name for {name_expr}"
+        )));
     }
     // SAFETY: NVRTC returns a NUL-terminated string owned by the program, copied before drop.
-    let lowered = unsafe { CStr::from_ptr(lowered) }.to_string_lossy().into_owned();
+    let lowered = unsafe { CStr::from_ptr(lowered) }
+        .to_string_lossy()
+        .into_owned();
     let mut n = 0usize;
     // SAFETY: valid program and out-pointer.
-    nvrtc_ok(unsafe { nv::nvrtcGetCUBINSize(prog.0, &mut n) }, "nvrtcGetCUBINSize")?;
+    nvrtc_ok(
+        unsafe { nv::nvrtcGetCUBINSize(prog.0, &mut n) },
+        "nvrtcGetCUBINSize",
+    )?;
     let mut image = vec![0u8; n];
     // SAFETY: the buffer has the reported size.
-    nvrtc_ok(unsafe { nv::nvrtcGetCUBIN(prog.0, image.as_mut_ptr() as *mut c_char) }, "nvrtcGetCUBIN")?;
+    nvrtc_ok(
+        unsafe { nv::nvrtcGetCUBIN(prog.0, image.as_mut_ptr() as *mut c_char) },
+        "nvrtcGetCUBIN",
+    )?;
     Ok(Compiled { image, lowered })
 }
 
@@ -156,7 +196,7 @@ pub fn compile(source: &Source, name_expr: &str, arch: Arch) -> Result<Compiled>
 fn cuda_include_dir() -> Option<PathBuf> {
     ["CUDA_HOME", "CUDA_PATH"]
         .iter()
-        .filter_map(|v| std::env::var_os(v))
+        .filter_map(std::env::var_os)
         .map(|p| PathBuf::from(p).join("include"))
         .chain(std::iter::once(PathBuf::from("/usr/local/cuda/include")))
         .find(|p| p.join("cuda_fp16.h").exists())
@@ -191,11 +231,19 @@ fn cache_key(source: &Source, name_expr: &str, arch: Arch, nvrtc: (i32, i32)) ->
 /// Compiles through the disk cache: a hit skips NVRTC entirely.
 pub fn compile_cached(source: &Source, name_expr: &str, arch: Arch) -> Result<Compiled> {
     let nvrtc = nvrtc_version()?;
-    let path = cache_dir().map(|d| d.join(format!("{}.cubin", cache_key(source, name_expr, arch, nvrtc))));
+    let path = cache_dir().map(|d| {
+        d.join(format!(
+            "{}.cubin",
+            cache_key(source, name_expr, arch, nvrtc)
+        ))
+    });
     if let Some(hit) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
         if let Some(nl) = hit.iter().position(|&b| b == b'\n') {
             let lowered = String::from_utf8_lossy(&hit[..nl]).into_owned();
-            return Ok(Compiled { image: hit[nl + 1..].to_vec(), lowered });
+            return Ok(Compiled {
+                image: hit[nl + 1..].to_vec(),
+                lowered,
+            });
         }
     }
     let c = compile(source, name_expr, arch)?;
@@ -231,7 +279,13 @@ impl Jit {
     }
 
     /// The function for `name_expr` of `source`, compiling and loading it on first use.
-    pub fn function(&self, ctx: &Arc<CudaContext>, arch: Arch, source: &'static Source, name_expr: &str) -> Result<CudaFunction> {
+    pub fn function(
+        &self,
+        ctx: &Arc<CudaContext>,
+        arch: Arch,
+        source: &'static Source,
+        name_expr: &str,
+    ) -> Result<CudaFunction> {
         let key = (source.name, name_expr.to_string());
         let poisoned = || Error::NoCuda("kernel cache poisoned by an earlier panic".into());
         if let Some(f) = self.loaded.lock().map_err(|_| poisoned())?.get(&key) {
@@ -241,8 +295,13 @@ impl Jit {
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(c.image))
             .map_err(cuda_err("load_module"))?;
-        let f = module.load_function(&c.lowered).map_err(cuda_err("load_function"))?;
-        self.loaded.lock().map_err(|_| poisoned())?.insert(key, f.clone());
+        let f = module
+            .load_function(&c.lowered)
+            .map_err(cuda_err("load_function"))?;
+        self.loaded
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(key, f.clone());
         Ok(f)
     }
 }
