@@ -27,7 +27,7 @@ pub struct BenchArgs {
     /// Token counts T per MoE call, comma separated.
     #[arg(long, default_value = "1,32", value_delimiter = ',')]
     pub tokens: Vec<usize>,
-    /// Device: cpu (cuda arrives with the CUDA backend).
+    /// Device: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Activation dtype: f32, f16 or bf16.
@@ -179,10 +179,23 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         return Err("--tokens needs positive token counts, e.g. 1,32,512".into());
     }
     let threads = rayon::current_num_threads();
-    eprintln!("measuring host read bandwidth ({threads} threads)...");
-    let bw = measure_read_bandwidth()?;
+    let cuda = match device {
+        Device::Cuda(n) => Some(moekit::cuda::device(n)?),
+        Device::Cpu => None,
+    };
+    let bw = match &cuda {
+        Some(dev) => {
+            eprintln!("measuring {} read bandwidth...", dev.name());
+            moekit::cuda::ops::bench::read_bandwidth(dev, 2 << 30)?
+        }
+        None => {
+            eprintln!("measuring host read bandwidth ({threads} threads)...");
+            measure_read_bandwidth()?
+        }
+    };
+    let dev_name = cuda.as_ref().map_or(format!("{device} ({threads} threads)"), |d| format!("{device} ({})", d.name()));
     println!(
-        "preset {} (E={} k={} H={} I={}), device {device}, activations {dtype}, {threads} threads, read bandwidth {bw:.1} GB/s",
+        "preset {} (E={} k={} H={} I={}), device {dev_name}, activations {dtype}, read bandwidth {bw:.1} GB/s",
         preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
     );
     println!(
@@ -197,20 +210,27 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                 .map_err(|e| e.to_string())?,
         );
         bar.set_message(format!("generating {format} weights"));
-        let block = build_block(&preset, format, a.seed, &bar)?;
+        let block = build_block(&preset, format, a.seed, &bar)?.to_device(device)?;
         bar.finish_and_clear();
         for &t in &a.tokens {
             let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed ^ t as u64);
             let xv: Vec<f32> = (0..t * preset.hidden)
                 .map(|_| rng.random::<f32>() * 2.0 - 1.0)
                 .collect();
-            let x = Tensor::from_f32(&xv, &[t, preset.hidden], dtype)?;
+            let x = Tensor::from_f32(&xv, &[t, preset.hidden], dtype)?.to_device(device)?;
             let trace = block.forward_on(backend, &x)?;
             let bytes = block.weight_bytes_touched(&trace.routing)?;
-            let (secs, repeats) = time_median(a.min_time, || {
-                black_box(block.forward_on(backend, &x)?);
-                Ok(())
-            })?;
+            let (secs, repeats) = match &cuda {
+                Some(dev) => {
+                    let reps = 50;
+                    let ms = moekit::cuda::ops::bench::time_ms(dev, reps, || block.forward_on(backend, &x).map(drop))?;
+                    (ms * 1e-3, reps)
+                }
+                None => time_median(a.min_time, || {
+                    black_box(block.forward_on(backend, &x)?);
+                    Ok(())
+                })?,
+            };
             let gbs = bytes as f64 / secs / 1e9;
             let r = CaseResult {
                 format: format.to_string(),
@@ -238,7 +258,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
     if let Some(path) = &a.json {
         let report = Report {
             preset: preset.name.to_string(),
-            device: device.to_string(),
+            device: dev_name.clone(),
             dtype: dtype.to_string(),
             threads,
             read_bw_gb_per_s: bw,

@@ -157,8 +157,7 @@ impl MoeBlock {
             out.dtype(),
         )?;
         let y = self.forward(x)?;
-        out.bytes_mut()?.copy_from_slice(y.bytes()?);
-        Ok(())
+        out.copy_from(&y)
     }
 
     /// Runs the block with an explicit backend and returns the routing too.
@@ -244,7 +243,8 @@ impl MoeBlock {
     pub fn weight_bytes_touched(&self, routing: &Routing) -> Result<usize> {
         let p = &self.p;
         let mut used = vec![false; p.router.n_experts];
-        for &e in routing.ids.as_slice::<u32>()? {
+        let ids = routing.ids.to_device(crate::Device::Cpu)?;
+        for &e in ids.as_slice::<u32>()? {
             if let Some(u) = used.get_mut(e as usize) {
                 *u = true;
             }

@@ -161,7 +161,11 @@ impl Tensor {
             data.len() == numel_of(shape),
             "Tensor::from_slice",
             "data",
-            format!("{} elements for shape {}", numel_of(shape), shape_str(shape)),
+            format!(
+                "{} elements for shape {}",
+                numel_of(shape),
+                shape_str(shape)
+            ),
             format!("{} elements", data.len()),
         )?;
         Ok(Tensor {
@@ -177,7 +181,12 @@ impl Tensor {
             DType::F32 => Tensor::from_slice(data, shape),
             DType::F16 => Tensor::from_slice(&convert::<f16>(data), shape),
             DType::Bf16 => Tensor::from_slice(&convert::<bf16>(data), shape),
-            other => Err(invalid("Tensor::from_f32", "dtype", "f32, f16 or bf16", other)),
+            other => Err(invalid(
+                "Tensor::from_f32",
+                "dtype",
+                "f32, f16 or bf16",
+                other,
+            )),
         }
     }
 
@@ -235,7 +244,12 @@ impl Tensor {
     pub fn cuda_bytes(&self) -> Result<&crate::cuda::storage::CudaBytes> {
         match &self.storage {
             Storage::Cuda(c) => Ok(c),
-            Storage::Cpu(_) => Err(invalid("Tensor::cuda_bytes", "tensor", "a CUDA tensor", "a CPU tensor")),
+            Storage::Cpu(_) => Err(invalid(
+                "Tensor::cuda_bytes",
+                "tensor",
+                "a CUDA tensor",
+                "a CPU tensor",
+            )),
         }
     }
 
@@ -245,8 +259,13 @@ impl Tensor {
             Device::Cpu => Ok(Tensor::zeros(dtype, shape)),
             Device::Cuda(n) => {
                 let dev = crate::cuda::device(n)?;
-                let b = crate::cuda::storage::CudaBytes::zeroed(&dev, numel_of(shape) * dtype.size())?;
-                Ok(Tensor { dtype, shape: shape.to_vec(), storage: Storage::Cuda(b) })
+                let b =
+                    crate::cuda::storage::CudaBytes::zeroed(&dev, numel_of(shape) * dtype.size())?;
+                Ok(Tensor {
+                    dtype,
+                    shape: shape.to_vec(),
+                    storage: Storage::Cuda(b),
+                })
             }
         }
     }
@@ -257,16 +276,23 @@ impl Tensor {
             return Ok(self.clone());
         }
         let storage = match (&self.storage, device) {
-            (Storage::Cpu(b), Device::Cuda(n)) => {
-                Storage::Cuda(crate::cuda::storage::CudaBytes::from_host(&crate::cuda::device(n)?, b.as_slice())?)
-            }
+            (Storage::Cpu(b), Device::Cuda(n)) => Storage::Cuda(
+                crate::cuda::storage::CudaBytes::from_host(&crate::cuda::device(n)?, b.as_slice())?,
+            ),
             (Storage::Cuda(c), Device::Cpu) => Storage::Cpu(Bytes::copy_from(&c.to_host()?)),
             (Storage::Cuda(c), Device::Cuda(n)) => {
-                Storage::Cuda(crate::cuda::storage::CudaBytes::from_host(&crate::cuda::device(n)?, &c.to_host()?)?)
+                Storage::Cuda(crate::cuda::storage::CudaBytes::from_host(
+                    &crate::cuda::device(n)?,
+                    &c.to_host()?,
+                )?)
             }
             (Storage::Cpu(_), Device::Cpu) => self.storage.clone(),
         };
-        Ok(Tensor { dtype: self.dtype, shape: self.shape.clone(), storage })
+        Ok(Tensor {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            storage,
+        })
     }
 
     /// The storage.
@@ -290,10 +316,45 @@ impl Tensor {
     }
 
     /// Wraps device bytes as a tensor; the length must match dtype × shape.
-    pub fn from_cuda_bytes(dtype: DType, shape: &[usize], bytes: crate::cuda::storage::CudaBytes) -> Result<Tensor> {
+    pub fn from_cuda_bytes(
+        dtype: DType,
+        shape: &[usize],
+        bytes: crate::cuda::storage::CudaBytes,
+    ) -> Result<Tensor> {
         let need = numel_of(shape) * dtype.size();
-        ensure(bytes.len() == need, "Tensor::from_cuda_bytes", "bytes", format!("{need} bytes"), bytes.len())?;
-        Ok(Tensor { dtype, shape: shape.to_vec(), storage: Storage::Cuda(bytes) })
+        ensure(
+            bytes.len() == need,
+            "Tensor::from_cuda_bytes",
+            "bytes",
+            format!("{need} bytes"),
+            bytes.len(),
+        )?;
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            storage: Storage::Cuda(bytes),
+        })
+    }
+
+    /// Copies `src` (same dtype and shape, any device) into this tensor's
+    /// storage in place — on a CUDA tensor without reallocating, so the
+    /// address stays valid for a captured CUDA graph.
+    pub fn copy_from(&mut self, src: &Tensor) -> Result<()> {
+        const OP: &str = "Tensor::copy_from";
+        ensure(src.dtype == self.dtype, OP, "src", format!("dtype {}", self.dtype), src.dtype)?;
+        ensure(src.shape == self.shape, OP, "src", format!("shape {:?}", self.shape), format!("{:?}", src.shape))?;
+        match (&mut self.storage, &src.storage) {
+            (Storage::Cuda(d), Storage::Cuda(s)) => d.copy_from_device(s),
+            (Storage::Cuda(d), Storage::Cpu(s)) => d.copy_from_host(s.as_slice()),
+            (Storage::Cpu(d), Storage::Cpu(s)) => {
+                d.make_mut().copy_from_slice(s.as_slice());
+                Ok(())
+            }
+            (Storage::Cpu(d), Storage::Cuda(s)) => {
+                d.make_mut().copy_from_slice(&s.to_host()?);
+                Ok(())
+            }
+        }
     }
 
     /// Typed view of the data; errors on a dtype mismatch or misaligned view.
@@ -342,7 +403,12 @@ impl Tensor {
             DType::F32 => Ok(self.as_slice::<f32>()?.to_vec()),
             DType::F16 => Ok(widen(self.as_slice::<f16>()?)),
             DType::Bf16 => Ok(widen(self.as_slice::<bf16>()?)),
-            other => Err(invalid("Tensor::to_f32_vec", "dtype", "f32, f16 or bf16", other)),
+            other => Err(invalid(
+                "Tensor::to_f32_vec",
+                "dtype",
+                "f32, f16 or bf16",
+                other,
+            )),
         }
     }
 
@@ -356,7 +422,12 @@ impl Tensor {
 }
 
 fn on_device(op: &'static str, d: Device) -> crate::Error {
-    invalid(op, "tensor", "a CPU tensor (copy it with to_device(Device::Cpu))", format!("a tensor on {d}"))
+    invalid(
+        op,
+        "tensor",
+        "a CPU tensor (copy it with to_device(Device::Cpu))",
+        format!("a tensor on {d}"),
+    )
 }
 
 /// Rounds f32 values to a float type.

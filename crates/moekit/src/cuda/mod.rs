@@ -12,6 +12,7 @@
 //! with the host except explicit copies to the CPU, so a whole MoE block can
 //! be captured in a CUDA graph.
 
+pub mod graph;
 pub mod jit;
 pub mod ops;
 pub mod storage;
@@ -62,13 +63,20 @@ pub struct CudaDevice {
 /// Bits of the device error word (kernels/common.cuh: `ErrorBits`).
 const ERROR_BITS: [(u32, &str); 3] = [
     (1, "an expert id was >= n_experts (those rows were skipped)"),
-    (2, "expert offsets were not non-decreasing from 0 to the row count (those rows were skipped)"),
+    (
+        2,
+        "expert offsets were not non-decreasing from 0 to the row count (those rows were skipped)",
+    ),
     (4, "a sort slot or position was out of range (skipped)"),
 ];
 
 impl std::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaDevice(cuda:{} {} sm_{}{})", self.ordinal, self.name, self.arch.major, self.arch.minor)
+        write!(
+            f,
+            "CudaDevice(cuda:{} {} sm_{}{})",
+            self.ordinal, self.name, self.arch.major, self.arch.minor
+        )
     }
 }
 
@@ -79,19 +87,28 @@ impl CudaDevice {
         // tracking would only add work (and host-visible events) to that.
         // SAFETY: all buffers of this context are used on `stream` only.
         unsafe { ctx.disable_event_tracking() };
-        let (major, minor) = ctx.compute_capability().map_err(cuda_err("compute_capability"))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(cuda_err("compute_capability"))?;
         let sm_count = ctx
-            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
             .map_err(cuda_err("device attribute"))?;
         let name = ctx.name().map_err(cuda_err("device name"))?;
         let stream = ctx.new_stream().map_err(cuda_err("new_stream"))?;
-        let err = stream.alloc_zeros::<u32>(1).map_err(cuda_err("alloc error word"))?;
+        let err = stream
+            .alloc_zeros::<u32>(1)
+            .map_err(cuda_err("alloc error word"))?;
         Ok(CudaDevice {
             err,
             ordinal,
             ctx,
             stream,
-            arch: Arch { major: major as u32, minor: minor as u32 },
+            arch: Arch {
+                major: major as u32,
+                minor: minor as u32,
+            },
             sm_count: sm_count as u32,
             name,
             jit: jit::Jit::new(),
@@ -135,17 +152,34 @@ impl CudaDevice {
     /// Waits for the stream, then returns (and clears) any argument error a
     /// kernel reported since the last check. Every copy to the host checks.
     pub fn check_errors(&self) -> Result<()> {
-        let v = self.stream.clone_dtoh(&self.err).map_err(cuda_err("read error word"))?;
+        let v = self
+            .stream
+            .clone_dtoh(&self.err)
+            .map_err(cuda_err("read error word"))?;
         let bits = v.first().copied().unwrap_or(0);
         if bits == 0 {
             return Ok(());
         }
         // SAFETY: the error word is a live 4-byte allocation of this context,
         // cleared in stream order.
-        unsafe { cudarc::driver::result::memset_d8_async(self.error_word(), 0, 4, self.stream.cu_stream()) }
-            .map_err(cuda_err("clear error word"))?;
-        let what: Vec<&str> = ERROR_BITS.iter().filter(|(b, _)| bits & b != 0).map(|(_, m)| *m).collect();
-        Err(Error::DeviceReported { device: self.ordinal, what: what.join("; ") })
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                self.error_word(),
+                0,
+                4,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(cuda_err("clear error word"))?;
+        let what: Vec<&str> = ERROR_BITS
+            .iter()
+            .filter(|(b, _)| bits & b != 0)
+            .map(|(_, m)| *m)
+            .collect();
+        Err(Error::DeviceReported {
+            device: self.ordinal,
+            what: what.join("; "),
+        })
     }
 
     /// Blocks the host until all queued work is done (tests, benchmarks).
@@ -158,9 +192,12 @@ impl CudaDevice {
 pub fn available() -> Result<usize> {
     // SAFETY: only probes whether the shared library can be loaded.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(Error::NoCuda("the CUDA driver library (libcuda.so) was not found".into()));
+        return Err(Error::NoCuda(
+            "the CUDA driver library (libcuda.so) was not found".into(),
+        ));
     }
-    let n = CudaContext::device_count().map_err(|e| Error::NoCuda(format!("cuInit/cuDeviceGetCount failed: {e}")))?;
+    let n = CudaContext::device_count()
+        .map_err(|e| Error::NoCuda(format!("cuInit/cuDeviceGetCount failed: {e}")))?;
     if n <= 0 {
         return Err(Error::NoCuda("no CUDA device is visible".into()));
     }
@@ -172,10 +209,17 @@ pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
     static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
     let n = available()?;
     if ordinal >= n {
-        return Err(crate::error::invalid("cuda::device", "ordinal", format!("< {n} (devices present)"), ordinal));
+        return Err(crate::error::invalid(
+            "cuda::device",
+            "ordinal",
+            format!("< {n} (devices present)"),
+            ordinal,
+        ));
     }
     let map = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = map.lock().map_err(|_| Error::NoCuda("device registry poisoned by an earlier panic".into()))?;
+    let mut map = map
+        .lock()
+        .map_err(|_| Error::NoCuda("device registry poisoned by an earlier panic".into()))?;
     if let Some(d) = map.get(&ordinal) {
         return Ok(d.clone());
     }

@@ -24,8 +24,16 @@ impl std::fmt::Debug for CudaBytes {
 impl CudaBytes {
     /// `len` zero bytes on `dev` (stream-ordered allocation and memset).
     pub fn zeroed(dev: &Arc<CudaDevice>, len: usize) -> Result<CudaBytes> {
-        let buf = dev.stream().alloc_zeros::<u8>(len.max(1)).map_err(cuda_err("alloc_zeros"))?;
-        Ok(CudaBytes { dev: dev.clone(), buf: Arc::new(buf), offset: 0, len })
+        let buf = dev
+            .stream()
+            .alloc_zeros::<u8>(len.max(1))
+            .map_err(cuda_err("alloc_zeros"))?;
+        Ok(CudaBytes {
+            dev: dev.clone(),
+            buf: Arc::new(buf),
+            offset: 0,
+            len,
+        })
     }
 
     /// A device copy of host bytes (asynchronous on the device's stream).
@@ -35,14 +43,40 @@ impl CudaBytes {
             _ => dev.stream().clone_htod(bytes),
         }
         .map_err(cuda_err("copy to device"))?;
-        Ok(CudaBytes { dev: dev.clone(), buf: Arc::new(buf), offset: 0, len: bytes.len() })
+        Ok(CudaBytes {
+            dev: dev.clone(),
+            buf: Arc::new(buf),
+            offset: 0,
+            len: bytes.len(),
+        })
     }
 
     /// Copies the bytes to the host (waits for the stream).
     pub fn to_host(&self) -> Result<Vec<u8>> {
-        let all = self.dev.stream().clone_dtoh(self.buf.as_ref()).map_err(cuda_err("copy to host"))?;
+        let all = self
+            .dev
+            .stream()
+            .clone_dtoh(self.buf.as_ref())
+            .map_err(cuda_err("copy to host"))?;
         self.dev.check_errors()?;
         Ok(all[self.offset..self.offset + self.len].to_vec())
+    }
+
+    /// Copies `src` (same length) into these bytes, in stream order (capturable).
+    pub fn copy_from_device(&self, src: &CudaBytes) -> Result<()> {
+        crate::error::ensure(src.len == self.len, "CudaBytes::copy_from_device", "src", format!("{} bytes", self.len), src.len)?;
+        // SAFETY: both ranges are live allocations of this context of `len` bytes.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(self.ptr(), src.ptr(), self.len, self.dev.stream().cu_stream()) }
+            .map_err(cuda_err("copy device to device"))
+    }
+
+    /// Copies host bytes (same length) into these bytes.
+    pub fn copy_from_host(&self, src: &[u8]) -> Result<()> {
+        crate::error::ensure(src.len() == self.len, "CudaBytes::copy_from_host", "src", format!("{} bytes", self.len), src.len())?;
+        // SAFETY: the destination is a live allocation of `len` bytes; the source
+        // slice outlives the call, which stages pageable memory before returning.
+        unsafe { cudarc::driver::result::memcpy_htod_async(self.ptr(), src, self.dev.stream().cu_stream()) }
+            .map_err(cuda_err("copy host to device"))
     }
 
     /// The device address of the first byte, for kernel arguments.
