@@ -119,14 +119,21 @@ impl NpyArray {
         let fortran = header_field(header, "fortran_order")
             .ok_or_else(|| bad(path, "no fortran_order in .npy header"))?;
         if fortran.starts_with("True") {
-            return Err(bad(path, "Fortran-order .npy arrays are not supported; save in C order"));
+            return Err(bad(
+                path,
+                "Fortran-order .npy arrays are not supported; save in C order",
+            ));
         }
         let shape_txt = header_field(header, "shape")
             .and_then(|s| s.strip_prefix('('))
             .and_then(|s| s.split(')').next())
             .ok_or_else(|| bad(path, "no shape in .npy header"))?;
         let mut shape = Vec::new();
-        for part in shape_txt.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for part in shape_txt
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
             shape.push(
                 part.parse::<usize>()
                     .map_err(|_| bad(path, format!("bad .npy shape entry {part:?}")))?,
@@ -143,7 +150,10 @@ impl NpyArray {
         if data.len() != need {
             return Err(bad(
                 path,
-                format!("data is {} bytes, shape {shape:?} of {descr} needs {need}", data.len()),
+                format!(
+                    "data is {} bytes, shape {shape:?} of {descr} needs {need}",
+                    data.len()
+                ),
             ));
         }
         Ok(NpyArray {
@@ -169,7 +179,11 @@ impl NpyArray {
             1 => format!("({},)", self.shape[0]),
             _ => format!(
                 "({})",
-                self.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                self.shape
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         let mut header = format!(
@@ -217,28 +231,67 @@ impl NpyArray {
     pub fn to_f32(&self) -> Result<Vec<f32>> {
         Ok(match self.dtype {
             NpyDType::F32 => self.words::<4>().map(f32::from_le_bytes).collect(),
-            NpyDType::F16 => self.words::<2>().map(|b| f16::from_le_bytes(b).to_f32()).collect(),
-            NpyDType::F64 => self.words::<8>().map(|b| f64::from_le_bytes(b) as f32).collect(),
-            d => return Err(crate::error::invalid("npy::to_f32", "dtype", "f32, f16 or f64", format!("{d:?}"))),
+            NpyDType::F16 => self
+                .words::<2>()
+                .map(|b| f16::from_le_bytes(b).to_f32())
+                .collect(),
+            NpyDType::F64 => self
+                .words::<8>()
+                .map(|b| f64::from_le_bytes(b) as f32)
+                .collect(),
+            d => {
+                return Err(crate::error::invalid(
+                    "npy::to_f32",
+                    "dtype",
+                    "f32, f16 or f64",
+                    format!("{d:?}"),
+                ))
+            }
         })
     }
 
     /// Interprets a `<u2` array as bfloat16 bits.
     pub fn bf16_bits_to_f32(&self) -> Result<Vec<f32>> {
-        crate::error::ensure(self.dtype == NpyDType::U16, "npy::bf16_bits_to_f32", "dtype", "U16", format!("{:?}", self.dtype))?;
-        Ok(self.words::<2>().map(|b| bf16::from_bits(u16::from_le_bytes(b)).to_f32()).collect())
+        crate::error::ensure(
+            self.dtype == NpyDType::U16,
+            "npy::bf16_bits_to_f32",
+            "dtype",
+            "U16",
+            format!("{:?}", self.dtype),
+        )?;
+        Ok(self
+            .words::<2>()
+            .map(|b| bf16::from_bits(u16::from_le_bytes(b)).to_f32())
+            .collect())
     }
 
     /// Values as u32 (from u8, u16, u32, i32 ≥ 0 or i64 ≥ 0 arrays).
     pub fn to_u32(&self) -> Result<Vec<u32>> {
-        let neg = || crate::error::invalid("npy::to_u32", "values", "non-negative", "a negative value");
+        let neg =
+            || crate::error::invalid("npy::to_u32", "values", "non-negative", "a negative value");
         Ok(match self.dtype {
             NpyDType::U8 => self.data.iter().map(|&b| b as u32).collect(),
-            NpyDType::U16 => self.words::<2>().map(|b| u16::from_le_bytes(b) as u32).collect(),
+            NpyDType::U16 => self
+                .words::<2>()
+                .map(|b| u16::from_le_bytes(b) as u32)
+                .collect(),
             NpyDType::U32 => self.words::<4>().map(u32::from_le_bytes).collect(),
-            NpyDType::I32 => self.words::<4>().map(|b| u32::try_from(i32::from_le_bytes(b)).map_err(|_| neg())).collect::<Result<_>>()?,
-            NpyDType::I64 => self.words::<8>().map(|b| u32::try_from(i64::from_le_bytes(b)).map_err(|_| neg())).collect::<Result<_>>()?,
-            d => return Err(crate::error::invalid("npy::to_u32", "dtype", "an integer dtype", format!("{d:?}"))),
+            NpyDType::I32 => self
+                .words::<4>()
+                .map(|b| u32::try_from(i32::from_le_bytes(b)).map_err(|_| neg()))
+                .collect::<Result<_>>()?,
+            NpyDType::I64 => self
+                .words::<8>()
+                .map(|b| u32::try_from(i64::from_le_bytes(b)).map_err(|_| neg()))
+                .collect::<Result<_>>()?,
+            d => {
+                return Err(crate::error::invalid(
+                    "npy::to_u32",
+                    "dtype",
+                    "an integer dtype",
+                    format!("{d:?}"),
+                ))
+            }
         })
     }
 
@@ -252,9 +305,20 @@ impl NpyArray {
             NpyDType::U8 => DType::U8,
             NpyDType::U32 => DType::U32,
             NpyDType::I32 => DType::I32,
-            d => return Err(crate::error::invalid("npy::to_tensor", "dtype", "f32, f16, u16, u8, u32 or i32", format!("{d:?}"))),
+            d => {
+                return Err(crate::error::invalid(
+                    "npy::to_tensor",
+                    "dtype",
+                    "f32, f16, u16, u8, u32 or i32",
+                    format!("{d:?}"),
+                ))
+            }
         };
-        Tensor::from_bytes(dtype, &self.shape, crate::tensor::Bytes::copy_from(&self.data))
+        Tensor::from_bytes(
+            dtype,
+            &self.shape,
+            crate::tensor::Bytes::copy_from(&self.data),
+        )
     }
 }
 
@@ -269,7 +333,12 @@ mod tests {
         assert_eq!(b.shape, vec![2, 3]);
         assert_eq!(b.to_f32().unwrap(), vec![1.0, -2.5, 3.0, 4.0, 5.0, 6.0]);
         let one = NpyArray::from_f32(&[7.0], &[1]);
-        assert_eq!(NpyArray::parse(&one.to_bytes(), Path::new("y")).unwrap().shape, vec![1]);
+        assert_eq!(
+            NpyArray::parse(&one.to_bytes(), Path::new("y"))
+                .unwrap()
+                .shape,
+            vec![1]
+        );
     }
 
     #[test]

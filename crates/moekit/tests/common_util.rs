@@ -32,5 +32,7 @@ pub fn random_tensor(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
 }
 
 pub fn fixture(path: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(path)
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(path)
 }

@@ -13,18 +13,38 @@ use moekit::{Backend, QuantWeights, Tensor, WeightFormat};
 const NMSE_BOUND: f64 = 1e-10;
 
 fn load(name: &str) -> Tensor {
-    NpyArray::read(fixture(&format!("affine/{name}.npy"))).unwrap().to_tensor().unwrap()
+    NpyArray::read(fixture(&format!("affine/{name}.npy")))
+        .unwrap()
+        .to_tensor()
+        .unwrap()
 }
 
 #[test]
 fn gather_mm_matches_mx_gather_qmm() {
     for (bits, gs) in [(4, 64), (4, 32), (8, 64), (8, 32), (3, 64), (3, 32)] {
         let p = format!("gqmm_b{bits}_g{gs}");
-        let (x, wq, ids, out) = (load(&format!("{p}_x")), load(&format!("{p}_wq")), load(&format!("{p}_ids")), load(&format!("{p}_out")));
+        let (x, wq, ids, out) = (
+            load(&format!("{p}_x")),
+            load(&format!("{p}_wq")),
+            load(&format!("{p}_ids")),
+            load(&format!("{p}_out")),
+        );
         let (e, n) = (wq.shape()[0], wq.shape()[1]);
         let k = x.shape()[1];
-        let f = WeightFormat::Affine(AffineParams { bits, group_size: gs });
-        let w = QuantWeights::new(f, e, n, k, wq, Some(load(&format!("{p}_scales"))), Some(load(&format!("{p}_biases")))).unwrap();
+        let f = WeightFormat::Affine(AffineParams {
+            bits,
+            group_size: gs,
+        });
+        let w = QuantWeights::new(
+            f,
+            e,
+            n,
+            k,
+            wq,
+            Some(load(&format!("{p}_scales"))),
+            Some(load(&format!("{p}_biases"))),
+        )
+        .unwrap();
         let want = out.to_f32_vec().unwrap();
         for b in [Backend::CpuReference, Backend::CpuFast] {
             let got = gather_mm_on(b, &x, &w, RowExperts::PerRow(&ids)).unwrap();

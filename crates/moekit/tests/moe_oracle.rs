@@ -40,7 +40,16 @@ fn weights(dir: &Path, cfg: &Value, path: &str) -> QuantWeights {
         let cols = w.shape[w.shape.len() - 1] * 32 / bits as usize;
         let f = WeightFormat::Affine(AffineParams { bits, group_size });
         let aux = |n: &str| Some(npy(dir, &format!("{path}.{n}")).to_tensor().unwrap());
-        QuantWeights::new(f, e, rows, cols, w.to_tensor().unwrap(), aux("scales"), aux("biases")).unwrap()
+        QuantWeights::new(
+            f,
+            e,
+            rows,
+            cols,
+            w.to_tensor().unwrap(),
+            aux("scales"),
+            aux("biases"),
+        )
+        .unwrap()
     }
 }
 
@@ -56,7 +65,9 @@ fn build(dir: &Path, cfg: &Value) -> MoeBlock {
     let top_k = cfg["top_k"].as_u64().unwrap() as usize;
     let norm = cfg["norm_topk_prob"].as_bool().unwrap();
     let kind = match cfg["scoring"].as_str().unwrap() {
-        "softmax" => RouterKind::SoftmaxTopK { norm_topk_prob: norm },
+        "softmax" => RouterKind::SoftmaxTopK {
+            norm_topk_prob: norm,
+        },
         "topk_softmax" => RouterKind::TopKSoftmax,
         "sigmoid" => RouterKind::Grouped {
             scoring: Scoring::Sigmoid,
@@ -69,16 +80,46 @@ fn build(dir: &Path, cfg: &Value) -> MoeBlock {
         s => panic!("unknown scoring {s}"),
     };
     let rw = weights(dir, cfg, "gate");
-    let router_weight = QuantWeights::new(rw.format(), 1, rw.rows(), rw.cols(), rw.data().clone(), rw.scales().cloned(), rw.biases().cloned()).unwrap();
-    let gate_up = GateUp::separate(weights(dir, cfg, "switch_mlp.gate_proj"), weights(dir, cfg, "switch_mlp.up_proj")).unwrap();
+    let router_weight = QuantWeights::new(
+        rw.format(),
+        1,
+        rw.rows(),
+        rw.cols(),
+        rw.data().clone(),
+        rw.scales().cloned(),
+        rw.biases().cloned(),
+    )
+    .unwrap();
+    let gate_up = GateUp::separate(
+        weights(dir, cfg, "switch_mlp.gate_proj"),
+        weights(dir, cfg, "switch_mlp.up_proj"),
+    )
+    .unwrap();
     let down = weights(dir, cfg, "switch_mlp.down_proj");
     let shared = cfg["shared_prefix"].as_str().map(|p| SharedExpert {
-        gate_up: GateUp::separate(weights(dir, cfg, &format!("{p}.gate_proj")), weights(dir, cfg, &format!("{p}.up_proj"))).unwrap(),
+        gate_up: GateUp::separate(
+            weights(dir, cfg, &format!("{p}.gate_proj")),
+            weights(dir, cfg, &format!("{p}.up_proj")),
+        )
+        .unwrap(),
         down: weights(dir, cfg, &format!("{p}.down_proj")),
-        gate: cfg["shared_gate"].as_str().map(|_| weights(dir, cfg, "shared_expert_gate")),
+        gate: cfg["shared_gate"]
+            .as_str()
+            .map(|_| weights(dir, cfg, "shared_expert_gate")),
     });
-    let router = RouterConfig { kind, n_experts, top_k };
-    MoeBlock::new(MoeBlockParts { router, router_weight, gate_up, down, shared }).unwrap()
+    let router = RouterConfig {
+        kind,
+        n_experts,
+        top_k,
+    };
+    MoeBlock::new(MoeBlockParts {
+        router,
+        router_weight,
+        gate_up,
+        down,
+        shared,
+    })
+    .unwrap()
 }
 
 /// (id, weight) pairs of each token, sorted by id.
@@ -96,12 +137,23 @@ fn pairs(ids: &[u32], w: &[f32], k: usize) -> Vec<Vec<(u32, f32)>> {
 #[test]
 fn moe_blocks_match_mlx_lm() {
     let root = fixture("moe");
-    let mut cases: Vec<_> = std::fs::read_dir(&root).unwrap().filter_map(|d| d.ok()).map(|d| d.path()).filter(|p| p.is_dir()).collect();
+    let mut cases: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|d| d.ok())
+        .map(|d| d.path())
+        .filter(|p| p.is_dir())
+        .collect();
     cases.sort();
-    assert!(cases.len() >= 12, "expected the 12 mlx-lm cases, found {}", cases.len());
+    assert!(
+        cases.len() >= 12,
+        "expected the 12 mlx-lm cases, found {}",
+        cases.len()
+    );
     for dir in cases {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        let cfg: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        let cfg: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
         let block = build(&dir, &cfg);
         let x = npy(&dir, "x").to_tensor().unwrap();
         let want = npy(&dir, "out").to_f32().unwrap();
@@ -111,17 +163,25 @@ fn moe_blocks_match_mlx_lm() {
         let want_pairs = pairs(&want_ids, &want_w, k);
         for backend in [Backend::CpuReference, Backend::CpuFast] {
             let trace = block.forward_on(backend, &x).unwrap();
-            let got_pairs = pairs(trace.routing.ids.as_slice::<u32>().unwrap(), trace.routing.weights.as_slice::<f32>().unwrap(), k);
+            let got_pairs = pairs(
+                trace.routing.ids.as_slice::<u32>().unwrap(),
+                trace.routing.weights.as_slice::<f32>().unwrap(),
+                k,
+            );
             for (t, (g, w)) in got_pairs.iter().zip(&want_pairs).enumerate() {
                 let gi: Vec<u32> = g.iter().map(|p| p.0).collect();
                 let wi: Vec<u32> = w.iter().map(|p| p.0).collect();
                 assert_eq!(gi, wi, "{name} {backend:?}: experts of token {t}");
             }
-            let flat = |p: &Vec<Vec<(u32, f32)>>| p.iter().flatten().map(|x| x.1).collect::<Vec<f32>>();
+            let flat =
+                |p: &Vec<Vec<(u32, f32)>>| p.iter().flatten().map(|x| x.1).collect::<Vec<f32>>();
             let ew = nmse(&flat(&got_pairs), &flat(&want_pairs));
             let eo = nmse(&trace.out.to_f32_vec().unwrap(), &want);
             println!("{name:<20} {backend:?}: routing-weight NMSE {ew:.2e}, output NMSE {eo:.2e}");
-            assert!(ew <= NMSE_BOUND, "{name} {backend:?}: routing weights NMSE {ew:e}");
+            assert!(
+                ew <= NMSE_BOUND,
+                "{name} {backend:?}: routing weights NMSE {ew:e}"
+            );
             assert!(eo <= NMSE_BOUND, "{name} {backend:?}: output NMSE {eo:e}");
         }
         // The block also runs with half-precision activations (output NMSE vs f32 oracle ≤ 1e-3).
@@ -136,15 +196,22 @@ fn moe_blocks_match_mlx_lm() {
 #[test]
 fn forward_into_and_shape_errors() {
     let dir = fixture("moe/qwen3_moe_f32");
-    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     let block = build(&dir, &cfg);
     let x = npy(&dir, "x").to_tensor().unwrap();
     let mut out = Tensor::zeros(DType::F32, x.shape());
     block.forward_into(&x, &mut out).unwrap();
-    assert_eq!(out.to_f32_vec().unwrap(), block.forward(&x).unwrap().to_f32_vec().unwrap());
+    assert_eq!(
+        out.to_f32_vec().unwrap(),
+        block.forward(&x).unwrap().to_f32_vec().unwrap()
+    );
     let mut wrong = Tensor::zeros(DType::F32, &[1, 64]);
     assert!(block.forward_into(&x, &mut wrong).is_err());
     let bad = Tensor::zeros(DType::F32, &[2, 63]);
     let e = block.forward(&bad).unwrap_err().to_string();
-    assert!(e.contains("MoeBlock::forward") && e.contains("[T, 64]"), "{e}");
+    assert!(
+        e.contains("MoeBlock::forward") && e.contains("[T, 64]"),
+        "{e}"
+    );
 }

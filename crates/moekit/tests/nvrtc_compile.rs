@@ -22,5 +22,10 @@ fn every_kernel_instance_compiles_for_sm90a_and_sm80() {
         }
     }
     println!("compiled {} instances × 2 architectures", instances.len());
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }

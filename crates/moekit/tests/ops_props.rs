@@ -4,9 +4,9 @@
 
 mod common_util;
 use common_util::{nmse, random_tensor, rng};
+use moekit::cpu::fast::gather_mm::{gather_mm_with, Strategy};
 use moekit::format::random::random_weights;
 use moekit::ops::act::{gather_swiglu_on, swiglu_on, GateUp};
-use moekit::cpu::fast::gather_mm::{gather_mm_with, Strategy};
 use moekit::ops::gather_mm::{gather_mm_on, qmm_on, segments, GatherMmArgs, RowExperts};
 use moekit::ops::permute::{permute_on, unpermute_on};
 use moekit::ops::sort::expert_sort_on;
@@ -61,20 +61,34 @@ fn gather_mm_fast_equals_reference_for_every_format() {
             let x = random_tensor(&[m, k], DType::F32, 100 + li as u64);
             let idt = Tensor::from_slice(&ids, &[m]).unwrap();
             let off = offsets_of(&ids, e);
-            let refr = gather_mm_on(Backend::CpuReference, &x, &w, RowExperts::PerRow(&idt)).unwrap();
+            let refr =
+                gather_mm_on(Backend::CpuReference, &x, &w, RowExperts::PerRow(&idt)).unwrap();
             for rows in [RowExperts::PerRow(&idt), RowExperts::Sorted(&off)] {
                 let fast = gather_mm_on(Backend::CpuFast, &x, &w, rows).unwrap();
-                check_close(&format!("gather_mm {f} {name}"), &fast, &refr, NMSE_FAST_VS_REF);
+                check_close(
+                    &format!("gather_mm {f} {name}"),
+                    &fast,
+                    &refr,
+                    NMSE_FAST_VS_REF,
+                );
             }
             // Force each fast-path strategy on every format.
             let xv = x.to_f32_vec().unwrap();
             let segs = segments("test", RowExperts::PerRow(&idt), m, e).unwrap();
-            let args = GatherMmArgs { x: &xv, m, w: &w, segments: &segs };
+            let args = GatherMmArgs {
+                x: &xv,
+                m,
+                w: &w,
+                segments: &segs,
+            };
             let rv = refr.to_f32_vec().unwrap();
             for st in [Strategy::FusedDot, Strategy::DecodeOnce] {
                 let got = gather_mm_with(&args, st).unwrap();
                 let err = nmse(&got, &rv);
-                assert!(err <= NMSE_FAST_VS_REF, "gather_mm {f} {name} {st:?}: NMSE {err:e}");
+                assert!(
+                    err <= NMSE_FAST_VS_REF,
+                    "gather_mm {f} {name} {st:?}: NMSE {err:e}"
+                );
             }
         }
     }
@@ -106,17 +120,31 @@ fn fused_swiglu_equals_reference_separate_and_fused_layouts() {
         let off = offsets_of(&ids, e);
         let x = random_tensor(&[m, h], DType::F32, 4);
         for (name, gu) in [("separate", &sep), ("fused", &fused)] {
-            let refr = gather_swiglu_on(Backend::CpuReference, &x, gu, RowExperts::Sorted(&off)).unwrap();
-            let fast = gather_swiglu_on(Backend::CpuFast, &x, gu, RowExperts::Sorted(&off)).unwrap();
-            check_close(&format!("gather_swiglu {f} {name}"), &fast, &refr, NMSE_FAST_VS_REF);
+            let refr =
+                gather_swiglu_on(Backend::CpuReference, &x, gu, RowExperts::Sorted(&off)).unwrap();
+            let fast =
+                gather_swiglu_on(Backend::CpuFast, &x, gu, RowExperts::Sorted(&off)).unwrap();
+            check_close(
+                &format!("gather_swiglu {f} {name}"),
+                &fast,
+                &refr,
+                NMSE_FAST_VS_REF,
+            );
         }
         // The fused op equals swiglu(gather_mm(gate), gather_mm(up)).
         if let GateUp::Separate { gate, up } = &sep {
-            let g = gather_mm_on(Backend::CpuReference, &x, gate, RowExperts::Sorted(&off)).unwrap();
+            let g =
+                gather_mm_on(Backend::CpuReference, &x, gate, RowExperts::Sorted(&off)).unwrap();
             let u = gather_mm_on(Backend::CpuReference, &x, up, RowExperts::Sorted(&off)).unwrap();
             let composed = swiglu_on(Backend::CpuReference, &g, &u).unwrap();
-            let fast = gather_swiglu_on(Backend::CpuFast, &x, &sep, RowExperts::Sorted(&off)).unwrap();
-            check_close(&format!("gather_swiglu vs composed {f}"), &fast, &composed, NMSE_FAST_VS_REF);
+            let fast =
+                gather_swiglu_on(Backend::CpuFast, &x, &sep, RowExperts::Sorted(&off)).unwrap();
+            check_close(
+                &format!("gather_swiglu vs composed {f}"),
+                &fast,
+                &composed,
+                NMSE_FAST_VS_REF,
+            );
         }
     }
 }
@@ -129,8 +157,14 @@ fn permute_unpermute_fast_equals_reference_exactly() {
         let idt = Tensor::from_slice(&ids, &[t, k]).unwrap();
         let sr = expert_sort_on(Backend::CpuReference, &idt, e).unwrap();
         let sf = expert_sort_on(Backend::CpuFast, &idt, e).unwrap();
-        assert_eq!(sr.sorted.as_slice::<u32>().unwrap(), sf.sorted.as_slice::<u32>().unwrap());
-        assert_eq!(sr.offsets.as_slice::<u32>().unwrap(), sf.offsets.as_slice::<u32>().unwrap());
+        assert_eq!(
+            sr.sorted.as_slice::<u32>().unwrap(),
+            sf.sorted.as_slice::<u32>().unwrap()
+        );
+        assert_eq!(
+            sr.offsets.as_slice::<u32>().unwrap(),
+            sf.offsets.as_slice::<u32>().unwrap()
+        );
         for dt in [DType::F32, DType::Bf16] {
             let x = random_tensor(&[t, h], dt, 5);
             let pr = permute_on(Backend::CpuReference, &x, &sr).unwrap();
@@ -145,10 +179,20 @@ fn permute_unpermute_fast_equals_reference_exactly() {
             let w = random_tensor(&[t, k], DType::F32, 6);
             let ur = unpermute_on(Backend::CpuReference, &pf, &sr, &w).unwrap();
             let uf = unpermute_on(Backend::CpuFast, &pf, &sf, &w).unwrap();
-            assert_eq!(ur.bytes().unwrap(), uf.bytes().unwrap(), "unpermute is bit-identical");
+            assert_eq!(
+                ur.bytes().unwrap(),
+                uf.bytes().unwrap(),
+                "unpermute is bit-identical"
+            );
             // unpermute(permute(x)) with weights summing to 1 returns x.
             let ones = Tensor::from_f32(&vec![1.0 / k as f32; t * k], &[t, k], DType::F32).unwrap();
-            let back = unpermute_on(Backend::CpuFast, &pf.to_dtype(DType::F32).unwrap(), &sf, &ones).unwrap();
+            let back = unpermute_on(
+                Backend::CpuFast,
+                &pf.to_dtype(DType::F32).unwrap(),
+                &sf,
+                &ones,
+            )
+            .unwrap();
             let e = nmse(&back.to_f32_vec().unwrap(), &xs);
             assert!(e < 1e-12, "roundtrip NMSE {e}");
         }
@@ -173,26 +217,72 @@ fn rejections_name_op_argument_expected_and_got() {
     let msg = |r: moekit::Result<Tensor>| r.unwrap_err().to_string();
     // Out-of-range expert id: an error, never an out-of-bounds access.
     let bad = Tensor::from_slice(&[0u32, 4, 1], &[3]).unwrap();
-    let m = msg(gather_mm_on(Backend::CpuFast, &x, &w, RowExperts::PerRow(&bad)));
-    assert!(m.contains("gather_mm") && m.contains("ids") && m.contains("id 4 at row 1"), "{m}");
+    let m = msg(gather_mm_on(
+        Backend::CpuFast,
+        &x,
+        &w,
+        RowExperts::PerRow(&bad),
+    ));
+    assert!(
+        m.contains("gather_mm") && m.contains("ids") && m.contains("id 4 at row 1"),
+        "{m}"
+    );
     // Offsets that do not end at M, or decrease.
     for o in [[0u32, 1, 2, 2, 2], [0, 2, 1, 3, 3], [1, 1, 2, 3, 3]] {
         let off = Tensor::from_slice(&o, &[5]).unwrap();
-        let m = msg(gather_mm_on(Backend::CpuFast, &x, &w, RowExperts::Sorted(&off)));
+        let m = msg(gather_mm_on(
+            Backend::CpuFast,
+            &x,
+            &w,
+            RowExperts::Sorted(&off),
+        ));
         assert!(m.contains("offsets") && m.contains("non-decreasing"), "{m}");
     }
     let off = Tensor::from_slice(&[0u32, 3, 3, 3], &[4]).unwrap();
-    assert!(msg(gather_mm_on(Backend::CpuFast, &x, &w, RowExperts::Sorted(&off))).contains("E + 1"));
+    assert!(msg(gather_mm_on(
+        Backend::CpuFast,
+        &x,
+        &w,
+        RowExperts::Sorted(&off)
+    ))
+    .contains("E + 1"));
     // K mismatch, wrong dtype, wrong rank.
     let x2 = random_tensor(&[3, 32], DType::F32, 1);
     let ok = Tensor::from_slice(&[0u32, 1, 2], &[3]).unwrap();
-    assert!(msg(gather_mm_on(Backend::CpuFast, &x2, &w, RowExperts::PerRow(&ok))).contains("K of the weights"));
+    assert!(msg(gather_mm_on(
+        Backend::CpuFast,
+        &x2,
+        &w,
+        RowExperts::PerRow(&ok)
+    ))
+    .contains("K of the weights"));
     let xi = Tensor::from_slice(&[0u32; 192], &[3, 64]).unwrap();
-    assert!(msg(gather_mm_on(Backend::CpuFast, &xi, &w, RowExperts::PerRow(&ok))).contains("dtype"));
+    assert!(msg(gather_mm_on(
+        Backend::CpuFast,
+        &xi,
+        &w,
+        RowExperts::PerRow(&ok)
+    ))
+    .contains("dtype"));
     let ids_f = Tensor::from_slice(&[0f32; 3], &[3]).unwrap();
-    assert!(msg(gather_mm_on(Backend::CpuFast, &x, &w, RowExperts::PerRow(&ids_f))).contains("dtype u32"));
+    assert!(msg(gather_mm_on(
+        Backend::CpuFast,
+        &x,
+        &w,
+        RowExperts::PerRow(&ids_f)
+    ))
+    .contains("dtype u32"));
     // Weights whose K is not a multiple of the block size / group size.
-    let e = random_weights(WeightFormat::parse("q4_k").unwrap(), 1, 4, 128, DType::F16, 0, &|| {}).unwrap_err();
+    let e = random_weights(
+        WeightFormat::parse("q4_k").unwrap(),
+        1,
+        4,
+        128,
+        DType::F16,
+        0,
+        &|| {},
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("multiple of 256"), "{e}");
     assert!(WeightFormat::parse("affine7").is_err());
     assert!(WeightFormat::parse("affine4-g48").is_err());
@@ -202,5 +292,14 @@ fn rejections_name_op_argument_expected_and_got() {
     assert!(GateUp::separate(g, u).is_err());
     // QuantWeights::new checks data size and scales presence.
     let d = Tensor::zeros(DType::U32, &[2, 8, 7]);
-    assert!(QuantWeights::new(WeightFormat::parse("affine4").unwrap(), 2, 8, 64, d, None, None).is_err());
+    assert!(QuantWeights::new(
+        WeightFormat::parse("affine4").unwrap(),
+        2,
+        8,
+        64,
+        d,
+        None,
+        None
+    )
+    .is_err());
 }

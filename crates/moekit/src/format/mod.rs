@@ -203,7 +203,13 @@ impl QuantWeights {
         biases: Option<Tensor>,
     ) -> Result<QuantWeights> {
         const OP: &str = "QuantWeights";
-        ensure(n_experts > 0 && rows > 0, OP, "n_experts, rows", "> 0", format!("{n_experts}, {rows}"))?;
+        ensure(
+            n_experts > 0 && rows > 0,
+            OP,
+            "n_experts, rows",
+            "> 0",
+            format!("{n_experts}, {rows}"),
+        )?;
         let (dtype, shape, sshape) = storage_shapes(format, n_experts, rows, cols)?;
         let numel: usize = shape.iter().product();
         ensure(data.dtype() == dtype, OP, "data dtype", dtype, data.dtype())?;
@@ -222,7 +228,13 @@ impl QuantWeights {
                 (Some(s), None) => Err(invalid(OP, arg, format!("{s:?} for {format}"), "none")),
                 (Some(s), Some(t)) => {
                     let n: usize = s.iter().product();
-                    ensure(t.numel() == n, OP, arg, format!("{s:?}"), format!("{:?}", t.shape()))?;
+                    ensure(
+                        t.numel() == n,
+                        OP,
+                        arg,
+                        format!("{s:?}"),
+                        format!("{:?}", t.shape()),
+                    )?;
                     let want_f32 = matches!(format, WeightFormat::AffineU8 { .. });
                     ensure(
                         t.dtype().is_float() && (!want_f32 || t.dtype() == DType::F32),
@@ -238,9 +250,16 @@ impl QuantWeights {
         let scales = check_aux(scales, "scales")?;
         let biases = check_aux(biases, "biases")?;
         if let (Some(s), Some(b)) = (&scales, &biases) {
-            ensure(s.dtype() == b.dtype(), OP, "biases dtype", s.dtype(), b.dtype())?;
+            ensure(
+                s.dtype() == b.dtype(),
+                OP,
+                "biases dtype",
+                s.dtype(),
+                b.dtype(),
+            )?;
         }
-        let devices = [Some(&data), scales.as_ref(), biases.as_ref()].map(|t| t.map(|t| t.device()));
+        let devices =
+            [Some(&data), scales.as_ref(), biases.as_ref()].map(|t| t.map(|t| t.device()));
         ensure(
             devices.iter().flatten().all(|&d| d == data.device()),
             OP,
@@ -248,7 +267,15 @@ impl QuantWeights {
             format!("tensors on {} like data", data.device()),
             format!("{devices:?}"),
         )?;
-        let w = QuantWeights { format, n_experts, rows, cols, data, scales, biases };
+        let w = QuantWeights {
+            format,
+            n_experts,
+            rows,
+            cols,
+            data,
+            scales,
+            biases,
+        };
         if w.device() == crate::Device::Cpu {
             w.decoder()?; // checks alignment of every typed view once
         }
@@ -263,7 +290,15 @@ impl QuantWeights {
     /// A copy of the weights on `device`.
     pub fn to_device(&self, device: crate::Device) -> Result<QuantWeights> {
         let mv = |t: &Option<Tensor>| t.as_ref().map(|t| t.to_device(device)).transpose();
-        QuantWeights::new(self.format, self.n_experts, self.rows, self.cols, self.data.to_device(device)?, mv(&self.scales)?, mv(&self.biases)?)
+        QuantWeights::new(
+            self.format,
+            self.n_experts,
+            self.rows,
+            self.cols,
+            self.data.to_device(device)?,
+            mv(&self.scales)?,
+            mv(&self.biases)?,
+        )
     }
 
     /// Storage format.
@@ -318,8 +353,12 @@ impl QuantWeights {
             WeightFormat::Dense(DType::F32) => DecoderKind::F32(self.data.as_slice()?),
             WeightFormat::Dense(DType::F16) => DecoderKind::F16(self.data.as_slice()?),
             WeightFormat::Dense(DType::Bf16) => DecoderKind::Bf16(self.data.as_slice()?),
-            WeightFormat::Dense(d) => return Err(invalid("QuantWeights", "format", "float dense", d)),
-            WeightFormat::Affine(p) => DecoderKind::Affine(p, self.data.as_slice()?, scales_biases()?),
+            WeightFormat::Dense(d) => {
+                return Err(invalid("QuantWeights", "format", "float dense", d))
+            }
+            WeightFormat::Affine(p) => {
+                DecoderKind::Affine(p, self.data.as_slice()?, scales_biases()?)
+            }
             WeightFormat::AffineU8 { group_size } => {
                 let ScaleViews::F32(s, b) = scales_biases()? else {
                     return Err(invalid("QuantWeights", "scales", "f32", "other"));
@@ -328,12 +367,22 @@ impl QuantWeights {
             }
             WeightFormat::Ggml(t) => DecoderKind::Ggml(t, self.data.as_slice()?),
         };
-        Ok(RowDecoder { kind, rows: self.rows, cols: self.cols })
+        Ok(RowDecoder {
+            kind,
+            rows: self.rows,
+            cols: self.cols,
+        })
     }
 
     /// Dequantizes expert `e` into a row-major `[N, K]` f32 matrix.
     pub fn dequantize_expert(&self, e: usize) -> Result<Vec<f32>> {
-        ensure(e < self.n_experts, "dequantize_expert", "e", format!("< {}", self.n_experts), e)?;
+        ensure(
+            e < self.n_experts,
+            "dequantize_expert",
+            "e",
+            format!("< {}", self.n_experts),
+            e,
+        )?;
         let dec = self.decoder()?;
         let mut out = vec![0f32; self.rows * self.cols];
         for (n, row) in out.chunks_exact_mut(self.cols).enumerate() {
@@ -451,9 +500,18 @@ impl<'a> RowDecoder<'a> {
             return Err(invalid(OP, "e", format!("< {}", nr / self.rows), e));
         }
         let sv = |v: ScaleViews<'a>, g: usize| match v {
-            ScaleViews::F32(s, b) => (ScaleRow::F32(row_of(s, r, g)), ScaleRow::F32(row_of(b, r, g))),
-            ScaleViews::F16(s, b) => (ScaleRow::F16(row_of(s, r, g)), ScaleRow::F16(row_of(b, r, g))),
-            ScaleViews::Bf16(s, b) => (ScaleRow::Bf16(row_of(s, r, g)), ScaleRow::Bf16(row_of(b, r, g))),
+            ScaleViews::F32(s, b) => (
+                ScaleRow::F32(row_of(s, r, g)),
+                ScaleRow::F32(row_of(b, r, g)),
+            ),
+            ScaleViews::F16(s, b) => (
+                ScaleRow::F16(row_of(s, r, g)),
+                ScaleRow::F16(row_of(b, r, g)),
+            ),
+            ScaleViews::Bf16(s, b) => (
+                ScaleRow::Bf16(row_of(s, r, g)),
+                ScaleRow::Bf16(row_of(b, r, g)),
+            ),
         };
         Ok(match self.kind {
             DecoderKind::F32(d) => RawRow::F32(row_of(d, r, k)),
@@ -461,32 +519,72 @@ impl<'a> RowDecoder<'a> {
             DecoderKind::Bf16(d) => RawRow::Bf16(row_of(d, r, k)),
             DecoderKind::Affine(params, d, v) => {
                 let (scales, biases) = sv(v, k / params.group_size);
-                RawRow::Affine { params, words: row_of(d, r, k * params.bits as usize / 32), scales, biases }
+                RawRow::Affine {
+                    params,
+                    words: row_of(d, r, k * params.bits as usize / 32),
+                    scales,
+                    biases,
+                }
             }
             DecoderKind::AffineU8(group_size, d, s, b) => {
                 let g = k / group_size;
-                RawRow::AffineU8 { group_size, codes: row_of(d, r, k), scales: row_of(s, r, g), biases: row_of(b, r, g) }
+                RawRow::AffineU8 {
+                    group_size,
+                    codes: row_of(d, r, k),
+                    scales: row_of(s, r, g),
+                    biases: row_of(b, r, g),
+                }
             }
-            DecoderKind::Ggml(t, d) => RawRow::Ggml(t, row_of(d, r, k / t.block_size() * t.type_size())),
+            DecoderKind::Ggml(t, d) => {
+                RawRow::Ggml(t, row_of(d, r, k / t.block_size() * t.type_size()))
+            }
         })
     }
 
     /// Writes row `n` of expert `e`, dequantized, into `out` (`len == K`).
     pub fn decode(&self, e: usize, n: usize, out: &mut [f32]) -> Result<()> {
         if out.len() != self.cols {
-            return Err(invalid("RowDecoder::decode", "out", format!("len {}", self.cols), out.len()));
+            return Err(invalid(
+                "RowDecoder::decode",
+                "out",
+                format!("len {}", self.cols),
+                out.len(),
+            ));
         }
         match self.raw_row(e, n)? {
             RawRow::F32(w) => out.copy_from_slice(w),
             RawRow::F16(w) => widen_into(w, out),
             RawRow::Bf16(w) => widen_into(w, out),
-            RawRow::Affine { params: p, words, scales, biases } => match (scales, biases) {
-                (ScaleRow::F32(s), ScaleRow::F32(b)) => affine::dequantize_row(p.bits, p.group_size, words, s, b, out)?,
-                (ScaleRow::F16(s), ScaleRow::F16(b)) => affine::dequantize_row(p.bits, p.group_size, words, s, b, out)?,
-                (ScaleRow::Bf16(s), ScaleRow::Bf16(b)) => affine::dequantize_row(p.bits, p.group_size, words, s, b, out)?,
-                _ => return Err(invalid("RowDecoder::decode", "biases", "the dtype of scales", "another dtype")),
+            RawRow::Affine {
+                params: p,
+                words,
+                scales,
+                biases,
+            } => match (scales, biases) {
+                (ScaleRow::F32(s), ScaleRow::F32(b)) => {
+                    affine::dequantize_row(p.bits, p.group_size, words, s, b, out)?
+                }
+                (ScaleRow::F16(s), ScaleRow::F16(b)) => {
+                    affine::dequantize_row(p.bits, p.group_size, words, s, b, out)?
+                }
+                (ScaleRow::Bf16(s), ScaleRow::Bf16(b)) => {
+                    affine::dequantize_row(p.bits, p.group_size, words, s, b, out)?
+                }
+                _ => {
+                    return Err(invalid(
+                        "RowDecoder::decode",
+                        "biases",
+                        "the dtype of scales",
+                        "another dtype",
+                    ))
+                }
             },
-            RawRow::AffineU8 { group_size, codes, scales, biases } => affine::dequantize_u8_row(group_size, codes, scales, biases, out)?,
+            RawRow::AffineU8 {
+                group_size,
+                codes,
+                scales,
+                biases,
+            } => affine::dequantize_u8_row(group_size, codes, scales, biases, out)?,
             RawRow::Ggml(t, bytes) => ggml::dequantize_row(t, bytes, out)?,
         }
         Ok(())

@@ -49,7 +49,9 @@ pub fn random_weights(
         _ => scale_dtype,
     };
     let per_expert = shape.iter().product::<usize>() / n_experts.max(1) * dtype.size();
-    let per_expert_s = sshape.as_ref().map_or(0, |s| s.iter().product::<usize>() / n_experts.max(1) * scale_dtype.size());
+    let per_expert_s = sshape.as_ref().map_or(0, |s| {
+        s.iter().product::<usize>() / n_experts.max(1) * scale_dtype.size()
+    });
     let mut data = Bytes::zeroed(per_expert * n_experts);
     let mut scales = Bytes::zeroed(per_expert_s * n_experts);
     let mut biases = Bytes::zeroed(per_expert_s * n_experts);
@@ -93,7 +95,10 @@ pub fn random_weights(
         });
     let data = Tensor::from_bytes(dtype, &shape, data)?;
     let aux = |b: Bytes| -> Result<Option<Tensor>> {
-        sshape.as_ref().map(|s| Tensor::from_bytes(scale_dtype, s, b)).transpose()
+        sshape
+            .as_ref()
+            .map(|s| Tensor::from_bytes(scale_dtype, s, b))
+            .transpose()
     };
     let (scales, biases) = (aux(scales)?, aux(biases)?);
     QuantWeights::new(format, n_experts, rows, cols, data, scales, biases)

@@ -24,13 +24,23 @@ pub fn swiglu_on(backend: Backend, gate: &Tensor, up: &Tensor) -> Result<Tensor>
     const OP: &str = "swiglu";
     check_float(OP, "gate", gate, gate.rank())?;
     check_shape(OP, "up", up, gate.shape())?;
-    ensure(up.dtype() == gate.dtype(), OP, "up", format!("dtype {}", gate.dtype()), up.dtype())?;
-    let (g, u) = (gate.to_f32_vec()?, up.to_f32_vec()?);
+    ensure(
+        up.dtype() == gate.dtype(),
+        OP,
+        "up",
+        format!("dtype {}", gate.dtype()),
+        up.dtype(),
+    )?;
     if backend == Backend::Cuda {
-        return Err(crate::error::unsupported("act", "CUDA kernel not written yet"));
+        return crate::cuda::ops::act::swiglu(gate, up);
     }
+    let (g, u) = (gate.to_f32_vec()?, up.to_f32_vec()?);
     let out: Vec<f32> = match backend {
-        Backend::CpuReference => g.iter().zip(&u).map(|(&g, &u)| ((g as f64 / (1.0 + (-g as f64).exp())) * u as f64) as f32).collect(),
+        Backend::CpuReference => g
+            .iter()
+            .zip(&u)
+            .map(|(&g, &u)| ((g as f64 / (1.0 + (-g as f64).exp())) * u as f64) as f32)
+            .collect(),
         Backend::CpuFast | Backend::Cuda => {
             use rayon::prelude::*;
             g.par_iter().zip(&u).map(|(&g, &u)| silu(g) * u).collect()
@@ -61,13 +71,25 @@ impl GateUp {
     pub fn separate(gate: QuantWeights, up: QuantWeights) -> Result<GateUp> {
         const OP: &str = "GateUp::separate";
         let dims = |w: &QuantWeights| (w.n_experts(), w.rows(), w.cols());
-        ensure(dims(&up) == dims(&gate), OP, "up", format!("(E, I, H) = {:?} like gate", dims(&gate)), format!("{:?}", dims(&up)))?;
+        ensure(
+            dims(&up) == dims(&gate),
+            OP,
+            "up",
+            format!("(E, I, H) = {:?} like gate", dims(&gate)),
+            format!("{:?}", dims(&up)),
+        )?;
         Ok(GateUp::Separate { gate, up })
     }
 
     /// Fused `[E, 2I, H]` weights (gate rows first).
     pub fn fused(w: QuantWeights) -> Result<GateUp> {
-        ensure(w.rows() % 2 == 0, "GateUp::fused", "w", "an even number of rows (2·I)", w.rows())?;
+        ensure(
+            w.rows() % 2 == 0,
+            "GateUp::fused",
+            "w",
+            "an even number of rows (2·I)",
+            w.rows(),
+        )?;
         Ok(GateUp::Fused(w))
     }
 
@@ -119,28 +141,46 @@ pub fn gather_swiglu(x: &Tensor, w: &GateUp, experts: RowExperts<'_>) -> Result<
 }
 
 /// [`gather_swiglu`] with an explicit backend.
-pub fn gather_swiglu_on(backend: Backend, x: &Tensor, w: &GateUp, experts: RowExperts<'_>) -> Result<Tensor> {
+pub fn gather_swiglu_on(
+    backend: Backend,
+    x: &Tensor,
+    w: &GateUp,
+    experts: RowExperts<'_>,
+) -> Result<Tensor> {
     const OP: &str = "gather_swiglu";
     check_float(OP, "x", x, 2)?;
     let (m, h) = (x.shape()[0], x.shape()[1]);
-    ensure(h == w.hidden(), OP, "x", format!("{} columns (H of the weights)", w.hidden()), h)?;
+    ensure(
+        h == w.hidden(),
+        OP,
+        "x",
+        format!("{} columns (H of the weights)", w.hidden()),
+        h,
+    )?;
+    if backend == Backend::Cuda {
+        // Before any host access: offsets/ids stay on the device.
+        return crate::cuda::ops::gather_mm::gather_swiglu(x, w, experts);
+    }
     let segs = segments(OP, experts, m, w.n_experts())?;
     let xv = x.to_f32_vec()?;
     let i = w.intermediate();
-    if backend == Backend::Cuda {
-        return Err(crate::error::unsupported("act", "CUDA kernel not written yet"));
-    }
     let out = match backend {
         Backend::CpuReference => {
             let [(gw, go), (uw, uo)] = w.sources();
             let mut out = vec![0f32; m * i];
             for seg in &segs {
-                let (gm, um) = (gw.dequantize_expert(seg.expert)?, uw.dequantize_expert(seg.expert)?);
+                let (gm, um) = (
+                    gw.dequantize_expert(seg.expert)?,
+                    uw.dequantize_expert(seg.expert)?,
+                );
                 for &r in &seg.rows {
                     let xr = &xv[r as usize * h..(r as usize + 1) * h];
                     for n in 0..i {
                         let dot = |wm: &[f32], row: usize| -> f64 {
-                            xr.iter().zip(&wm[row * h..(row + 1) * h]).map(|(&a, &b)| a as f64 * b as f64).sum()
+                            xr.iter()
+                                .zip(&wm[row * h..(row + 1) * h])
+                                .map(|(&a, &b)| a as f64 * b as f64)
+                                .sum()
                         };
                         let (g, u) = (dot(&gm, go + n), dot(&um, uo + n));
                         out[r as usize * i + n] = (g / (1.0 + (-g).exp()) * u) as f32;
@@ -152,7 +192,16 @@ pub fn gather_swiglu_on(backend: Backend, x: &Tensor, w: &GateUp, experts: RowEx
         Backend::CpuFast | Backend::Cuda => {
             use crate::cpu::fast::gather_mm::{project, Source, Strategy};
             let [(gw, go), (uw, uo)] = w.sources();
-            let src = [Source { dec: gw.decoder()?, row_offset: go }, Source { dec: uw.decoder()?, row_offset: uo }];
+            let src = [
+                Source {
+                    dec: gw.decoder()?,
+                    row_offset: go,
+                },
+                Source {
+                    dec: uw.decoder()?,
+                    row_offset: uo,
+                },
+            ];
             project(Strategy::Auto, &xv, m, &segs, src, i, |[g, u]| silu(g) * u)?
         }
     };

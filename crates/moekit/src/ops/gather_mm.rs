@@ -153,6 +153,10 @@ pub fn gather_mm_on(
         format!("{} columns (K of the weights)", w.cols()),
         k,
     )?;
+    if backend == Backend::Cuda {
+        // Before any host access: offsets/ids stay on the device.
+        return crate::cuda::ops::gather_mm::gather_mm(x, w, experts);
+    }
     let segs = segments(OP, experts, m, w.n_experts())?;
     let xv = x.to_f32_vec()?;
     let args = GatherMmArgs {
@@ -161,12 +165,6 @@ pub fn gather_mm_on(
         w,
         segments: &segs,
     };
-    if backend == Backend::Cuda {
-        return Err(crate::error::unsupported(
-            "gather_mm",
-            "CUDA kernel not written yet",
-        ));
-    }
     let out = match backend {
         Backend::CpuReference => crate::cpu::reference::gather_mm::gather_mm(&args)?,
         Backend::CpuFast | Backend::Cuda => crate::cpu::fast::gather_mm::gather_mm(&args)?,

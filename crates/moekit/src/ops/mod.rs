@@ -19,17 +19,56 @@ use crate::error::{ensure, Result};
 use crate::tensor::Tensor;
 
 /// Checks that `t` is a float activation tensor of rank `rank`.
-pub(crate) fn check_float(op: &'static str, arg: &'static str, t: &Tensor, rank: usize) -> Result<()> {
-    ensure(t.dtype().is_float(), op, arg, "dtype f32, f16 or bf16", t.dtype())?;
-    ensure(t.rank() == rank, op, arg, format!("rank {rank}"), format!("shape {:?}", t.shape()))
+pub(crate) fn check_float(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    rank: usize,
+) -> Result<()> {
+    ensure(
+        t.dtype().is_float(),
+        op,
+        arg,
+        "dtype f32, f16 or bf16",
+        t.dtype(),
+    )?;
+    ensure(
+        t.rank() == rank,
+        op,
+        arg,
+        format!("rank {rank}"),
+        format!("shape {:?}", t.shape()),
+    )
 }
 
 /// Checks that `t` has exactly `shape`.
-pub(crate) fn check_shape(op: &'static str, arg: &'static str, t: &Tensor, shape: &[usize]) -> Result<()> {
-    ensure(t.shape() == shape, op, arg, format!("shape {shape:?}"), format!("{:?}", t.shape()))
+pub(crate) fn check_shape(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    shape: &[usize],
+) -> Result<()> {
+    ensure(
+        t.shape() == shape,
+        op,
+        arg,
+        format!("shape {shape:?}"),
+        format!("{:?}", t.shape()),
+    )
 }
 
 /// Checks that `t` has dtype `dtype`.
-pub(crate) fn check_dtype(op: &'static str, arg: &'static str, t: &Tensor, dtype: DType) -> Result<()> {
-    ensure(t.dtype() == dtype, op, arg, format!("dtype {dtype}"), t.dtype())
+pub(crate) fn check_dtype(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    dtype: DType,
+) -> Result<()> {
+    ensure(
+        t.dtype() == dtype,
+        op,
+        arg,
+        format!("dtype {dtype}"),
+        t.dtype(),
+    )
 }

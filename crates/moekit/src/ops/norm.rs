@@ -518,6 +518,19 @@ fn validate(c: &Call<'_>) -> Result<(usize, usize, usize)> {
 
 fn run(backend: Backend, c: Call<'_>) -> Result<(Tensor, Option<Tensor>)> {
     let (rows, dim, k) = validate(&c)?;
+    if backend == Backend::Cuda {
+        let operands = crate::cuda::ops::norm::EpilogueOperands {
+            op: c.op,
+            input: c.input.1,
+            moe_weights: c.moe_weights,
+            residual: c.residual,
+            weight: c.weight.1,
+            residual_weight: c.residual_weight,
+            scalar: c.scalar,
+            eps: c.eps,
+        };
+        return crate::cuda::ops::norm::epilogue(&operands, c.write_sum);
+    }
     let f32s = |t: Option<&Tensor>| t.map_or(Ok(Vec::new()), Tensor::to_f32_vec);
     let (w, rw, sc) = (
         c.weight.1.to_f32_vec()?,
@@ -579,9 +592,6 @@ fn exec<T: Float>(
         Some(t) => Some(t.as_mut_slice::<T>()?),
         None => None,
     };
-    if backend == Backend::Cuda {
-        return Err(crate::error::unsupported("norm", "CUDA kernel not written yet"));
-    }
     match backend {
         Backend::CpuReference => cpu::reference::norm::epilogue(&args, out, sum),
         Backend::CpuFast | Backend::Cuda => cpu::fast::norm::epilogue(&args, out, sum),

@@ -19,14 +19,25 @@ pub fn permute_on(backend: Backend, x: &Tensor, sort: &ExpertSort) -> Result<Ten
     const OP: &str = "permute";
     check_float(OP, "x", x, 2)?;
     let (t, h) = (x.shape()[0], x.shape()[1]);
-    ensure(t == sort.n_tokens(), OP, "x", format!("{} rows (tokens in sort)", sort.n_tokens()), t)?;
+    ensure(
+        t == sort.n_tokens(),
+        OP,
+        "x",
+        format!("{} rows (tokens in sort)", sort.n_tokens()),
+        t,
+    )?;
     if backend == Backend::Cuda {
         return crate::cuda::ops::permute::permute(x, sort);
     }
     let sorted = sort.sorted.as_slice::<u32>()?;
     let mut out = Tensor::zeros(x.dtype(), &[sorted.len(), h]);
     let row_bytes = h * x.dtype().size();
-    let args = PermuteArgs { x: x.bytes()?, sorted, top_k: sort.top_k, row_bytes };
+    let args = PermuteArgs {
+        x: x.bytes()?,
+        sorted,
+        top_k: sort.top_k,
+        row_bytes,
+    };
     let dst = out.bytes_mut()?;
     match backend {
         Backend::CpuReference => crate::cpu::reference::permute::permute(&args, dst),
@@ -68,11 +79,22 @@ pub fn unpermute(y: &Tensor, sort: &ExpertSort, weights: &Tensor) -> Result<Tens
 
 /// [`unpermute`] with an explicit backend: `y [T·k, H]` (sorted order),
 /// `weights f32 [T, k]` → `[T, H]` in `y`'s dtype, accumulated in f32 in slot order.
-pub fn unpermute_on(backend: Backend, y: &Tensor, sort: &ExpertSort, weights: &Tensor) -> Result<Tensor> {
+pub fn unpermute_on(
+    backend: Backend,
+    y: &Tensor,
+    sort: &ExpertSort,
+    weights: &Tensor,
+) -> Result<Tensor> {
     const OP: &str = "unpermute";
     check_float(OP, "y", y, 2)?;
     let (t, k) = (sort.n_tokens(), sort.top_k);
-    ensure(y.shape()[0] == t * k, OP, "y", format!("{} rows (T·k)", t * k), y.shape()[0])?;
+    ensure(
+        y.shape()[0] == t * k,
+        OP,
+        "y",
+        format!("{} rows (T·k)", t * k),
+        y.shape()[0],
+    )?;
     check_dtype(OP, "weights", weights, DType::F32)?;
     check_shape(OP, "weights", weights, &[t, k])?;
     let hidden = y.shape()[1];

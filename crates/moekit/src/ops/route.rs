@@ -226,6 +226,10 @@ pub fn route_on(backend: Backend, logits: &Tensor, cfg: &RouterConfig) -> Result
         format!("{} columns (cfg.n_experts)", cfg.n_experts),
         format!("shape {:?}", logits.shape()),
     )?;
+    if backend == Backend::Cuda {
+        // On the device, before any host access to the logits.
+        return crate::cuda::ops::route::route(logits, cfg);
+    }
     let k = cfg.top_k;
     let mut ids = Tensor::zeros(DType::U32, &[t, k]);
     let mut weights = Tensor::zeros(DType::F32, &[t, k]);
@@ -249,9 +253,6 @@ fn dispatch<T: Float>(
     w: &mut [f32],
 ) -> Result<()> {
     let x = logits.as_slice::<T>()?;
-    if backend == Backend::Cuda {
-        return Err(crate::error::unsupported("route", "CUDA kernel not written yet"));
-    }
     match backend {
         Backend::CpuReference => cpu::reference::route::route(x, cfg, ids, w),
         Backend::CpuFast | Backend::Cuda => cpu::fast::route::route(x, cfg, ids, w),

@@ -40,29 +40,52 @@ pub fn expert_sort(ids: &Tensor, n_experts: usize) -> Result<ExpertSort> {
 }
 
 /// Sorts `ids` (`u32 [T, k]`, every id `< n_experts`) with an explicit backend.
+///
+/// An id `>= n_experts` is an error here on the CPU backends; on CUDA the
+/// device reports it at the next copy to the host (the slot is sorted after
+/// every real expert, outside `offsets[E]`; see [`crate::cuda::ops::sort`]).
 pub fn expert_sort_on(backend: Backend, ids: &Tensor, n_experts: usize) -> Result<ExpertSort> {
     check_dtype(OP, "ids", ids, crate::DType::U32)?;
-    ensure(ids.rank() == 2, OP, "ids", "rank 2 [T, k]", format!("shape {:?}", ids.shape()))?;
-    ensure((1..=1024).contains(&n_experts), OP, "n_experts", "1..=1024", n_experts)?;
-    let (top_k, flat) = (ids.shape()[1], ids.as_slice::<u32>()?);
+    ensure(
+        ids.rank() == 2,
+        OP,
+        "ids",
+        "rank 2 [T, k]",
+        format!("shape {:?}", ids.shape()),
+    )?;
+    ensure(
+        (1..=1024).contains(&n_experts),
+        OP,
+        "n_experts",
+        "1..=1024",
+        n_experts,
+    )?;
+    let top_k = ids.shape()[1];
     ensure(top_k > 0, OP, "ids", "k > 0", top_k)?;
     ensure(
-        u32::try_from(flat.len()).is_ok(),
+        u32::try_from(ids.numel()).is_ok(),
         OP,
         "ids",
         "fewer than 2^32 slots",
-        flat.len(),
+        ids.numel(),
     )?;
-    if let Some((s, &e)) = flat.iter().enumerate().find(|(_, &e)| e as usize >= n_experts) {
+    if backend == Backend::Cuda {
+        // On the device, no host round trip: ids >= n_experts are reported
+        // through the device error word (see cuda::ops::sort).
+        return crate::cuda::ops::sort::expert_sort(ids, n_experts);
+    }
+    let flat = ids.as_slice::<u32>()?;
+    if let Some((s, &e)) = flat
+        .iter()
+        .enumerate()
+        .find(|(_, &e)| e as usize >= n_experts)
+    {
         return Err(crate::error::invalid(
             OP,
             "ids",
             format!("expert ids < {n_experts}"),
             format!("id {e} at token {}, slot {}", s / top_k, s % top_k),
         ));
-    }
-    if backend == Backend::Cuda {
-        return Err(crate::error::unsupported("sort", "CUDA kernel not written yet"));
     }
     let (offsets, sorted) = match backend {
         Backend::CpuReference => crate::cpu::reference::sort::expert_sort(flat, n_experts),
@@ -96,7 +119,10 @@ mod tests {
             assert_eq!(s.inverse.as_slice::<u32>().unwrap(), &[4, 0, 1, 5, 3, 2]);
         }
         let err = expert_sort(&ids, 2).unwrap_err().to_string();
-        assert!(err.contains("expert_sort") && err.contains("id 2 at token 0, slot 0"), "{err}");
+        assert!(
+            err.contains("expert_sort") && err.contains("id 2 at token 0, slot 0"),
+            "{err}"
+        );
         assert!(expert_sort(&ids, 0).is_err());
         assert!(expert_sort(&ids, 2000).is_err());
         let f = Tensor::from_slice(&[0f32; 6], &[3, 2]).unwrap();

@@ -18,11 +18,18 @@ pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len(), "length");
     let (mut num, mut den) = (0f64, 0f64);
     for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
-        assert!(a.is_finite(), "element {i} not finite ({a}): unwritten or overflow");
+        assert!(
+            a.is_finite(),
+            "element {i} not finite ({a}): unwritten or overflow"
+        );
         num += (a as f64 - b as f64).powi(2);
         den += (b as f64).powi(2);
     }
-    if den == 0.0 { num } else { num / den }
+    if den == 0.0 {
+        num
+    } else {
+        num / den
+    }
 }
 
 /// NMSE bound for an output of `dtype` compared with an f32 CPU result.

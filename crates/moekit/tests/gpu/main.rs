@@ -8,8 +8,8 @@
 //! an element fails the NMSE check (which rejects non-finite values).
 
 mod common;
+mod gather_mm;
+mod moe;
+mod norm_act;
 mod permute;
 mod route_sort;
-mod gather_mm;
-mod norm_act;
-mod moe;

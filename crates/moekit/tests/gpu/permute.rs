@@ -29,12 +29,22 @@ fn permute_and_unpermute_match_cpu() {
                 let out = poisoned(&[t * k, h], dt);
                 permute_into(&x.to_device(dev).unwrap(), &sort_gpu, &out).unwrap();
                 let got = out.to_device(Device::Cpu).unwrap();
-                assert_eq!(got.bytes().unwrap(), want.bytes().unwrap(), "permute T={t} k={k} {dt}");
+                assert_eq!(
+                    got.bytes().unwrap(),
+                    want.bytes().unwrap(),
+                    "permute T={t} k={k} {dt}"
+                );
 
                 let w = random(&[t, k], DType::F32, 2);
                 let want = unpermute_on(Backend::CpuReference, &want, &sort, &w).unwrap();
                 let out = poisoned(&[t, h], dt);
-                unpermute_into(&got.to_device(dev).unwrap(), &sort_gpu, &w.to_device(dev).unwrap(), &out).unwrap();
+                unpermute_into(
+                    &got.to_device(dev).unwrap(),
+                    &sort_gpu,
+                    &w.to_device(dev).unwrap(),
+                    &out,
+                )
+                .unwrap();
                 let e = nmse(&host_f32(&out), &want.to_f32_vec().unwrap());
                 assert!(e <= bound(dt), "unpermute T={t} k={k} {dt}: NMSE {e:e}");
             }

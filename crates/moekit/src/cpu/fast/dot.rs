@@ -46,7 +46,12 @@ fn lanes_sum(acc: &[f32; L]) -> f32 {
 fn dot_half<T: crate::dtype::Float>(w: &[T], x: &[f32]) -> f32 {
     let mut acc = [0f32; L];
     let (cw, cx) = (w.chunks_exact(L), x.chunks_exact(L));
-    let tail: f32 = cw.remainder().iter().zip(cx.remainder()).map(|(a, b)| a.to_f32() * b).sum();
+    let tail: f32 = cw
+        .remainder()
+        .iter()
+        .zip(cx.remainder())
+        .map(|(a, b)| a.to_f32() * b)
+        .sum();
     for (a, b) in cw.zip(cx) {
         for i in 0..L {
             acc[i] += a[i].to_f32() * b[i];
@@ -74,7 +79,12 @@ fn dot_ggml_simple(t: GgmlType, bytes: &[u8], x: &[f32], xs: &XSums) -> Option<f
                 for i in 0..16 {
                     acc[i] += d * ((qs[i] & 15) as f32 * xl[i] + (qs[i] >> 4) as f32 * xh[i]);
                 }
-                off += xs.0[b] * if t == GgmlType::Q4_1 { d16(&blk[2..]) } else { -8.0 * d };
+                off += xs.0[b]
+                    * if t == GgmlType::Q4_1 {
+                        d16(&blk[2..])
+                    } else {
+                        -8.0 * d
+                    };
             }
         }
         GgmlType::Q8_0 => {
@@ -95,7 +105,13 @@ fn dot_ggml_simple(t: GgmlType, bytes: &[u8], x: &[f32], xs: &XSums) -> Option<f
 
 /// Affine rows with 2, 4 or 8 bits (codes never straddle a word):
 /// `Σ_groups s·Σ q·x + b·Σx`.
-fn dot_affine_pow2<const BITS: usize>(words: &[u32], gs: usize, scale: impl Fn(usize) -> (f32, f32), x: &[f32], xs: &XSums) -> f32 {
+fn dot_affine_pow2<const BITS: usize>(
+    words: &[u32],
+    gs: usize,
+    scale: impl Fn(usize) -> (f32, f32),
+    x: &[f32],
+    xs: &XSums,
+) -> f32 {
     let per_word = 32 / BITS;
     let mask = (1u32 << BITS) - 1;
     let mut acc = [0f32; L];
@@ -121,13 +137,25 @@ fn dot_affine_pow2<const BITS: usize>(words: &[u32], gs: usize, scale: impl Fn(u
 
 /// `Σ_k W[e, n, k]·x[k]` from the stored row; `scratch` (len K) is used by
 /// formats without a fused kernel.
-pub fn dot_row(dec: &RowDecoder<'_>, e: usize, n: usize, x: &[f32], xs: &XSums, scratch: &mut [f32]) -> Result<f32> {
+pub fn dot_row(
+    dec: &RowDecoder<'_>,
+    e: usize,
+    n: usize,
+    x: &[f32],
+    xs: &XSums,
+    scratch: &mut [f32],
+) -> Result<f32> {
     let fused = match dec.raw_row(e, n)? {
         RawRow::F32(w) => Some(dot(w, x)),
         RawRow::F16(w) => Some(dot_half(w, x)),
         RawRow::Bf16(w) => Some(dot_half(w, x)),
         RawRow::Ggml(t, bytes) => dot_ggml_simple(t, bytes, x, xs),
-        RawRow::Affine { params: p, words, scales, biases } if p.group_size % 32 == 0 => {
+        RawRow::Affine {
+            params: p,
+            words,
+            scales,
+            biases,
+        } if p.group_size % 32 == 0 => {
             let sb = |g: usize| (scales.get(g), biases.get(g));
             match p.bits {
                 2 => Some(dot_affine_pow2::<2>(words, p.group_size, sb, x, xs)),

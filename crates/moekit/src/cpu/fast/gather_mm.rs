@@ -114,7 +114,14 @@ where
                         let xr = &x[r * k..(r + 1) * k];
                         let mut v = [0f32; P];
                         for (vp, src) in v.iter_mut().zip(&sources) {
-                            *vp = dot_row(&src.dec, seg.expert, src.row_offset + n0 + i, xr, &sums[r], buf)?;
+                            *vp = dot_row(
+                                &src.dec,
+                                seg.expert,
+                                src.row_offset + n0 + i,
+                                xr,
+                                &sums[r],
+                                buf,
+                            )?;
                         }
                         local[ri * nbh + i] = combine(v);
                     }
@@ -125,7 +132,8 @@ where
             for i in 0..nbh {
                 for (p, src) in sources.iter().enumerate() {
                     let at = (i * P + p) * k;
-                    src.dec.decode(seg.expert, src.row_offset + n0 + i, &mut buf[at..at + k])?;
+                    src.dec
+                        .decode(seg.expert, src.row_offset + n0 + i, &mut buf[at..at + k])?;
                 }
             }
             let mut local = vec![0f32; seg.rows.len() * nbh];
@@ -161,6 +169,9 @@ pub fn gather_mm(a: &GatherMmArgs<'_>) -> Result<Vec<f32>> {
 
 /// [`gather_mm`] with an explicit strategy (tests force each path).
 pub fn gather_mm_with(a: &GatherMmArgs<'_>, strategy: Strategy) -> Result<Vec<f32>> {
-    let src = Source { dec: a.w.decoder()?, row_offset: 0 };
+    let src = Source {
+        dec: a.w.decoder()?,
+        row_offset: 0,
+    };
     project(strategy, a.x, a.m, a.segments, [src], a.w.rows(), |[v]| v)
 }

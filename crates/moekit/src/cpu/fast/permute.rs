@@ -9,10 +9,12 @@ pub fn permute(a: &PermuteArgs<'_>, out: &mut [u8]) {
     if rb == 0 {
         return;
     }
-    out.par_chunks_mut(rb).zip(a.sorted.par_iter()).for_each(|(dst, &s)| {
-        let t = s as usize / a.top_k;
-        dst.copy_from_slice(&a.x[t * rb..(t + 1) * rb]);
-    });
+    out.par_chunks_mut(rb)
+        .zip(a.sorted.par_iter())
+        .for_each(|(dst, &s)| {
+            let t = s as usize / a.top_k;
+            dst.copy_from_slice(&a.x[t * rb..(t + 1) * rb]);
+        });
 }
 
 /// Weighted sum of each token's k expert rows (same summation order as the reference).

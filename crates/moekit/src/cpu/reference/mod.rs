@@ -1,6 +1,6 @@
 //! The simple, obviously-right CPU implementations every other backend is tested against.
-pub mod sort;
-pub mod permute;
 pub mod gather_mm;
-pub mod route;
 pub mod norm;
+pub mod permute;
+pub mod route;
+pub mod sort;

@@ -5,9 +5,14 @@
 //! kernel is started. [`all_instances`] lists every template instance the
 //! library can request, so CI compiles each one through NVRTC without a GPU.
 
+pub mod bench;
 pub mod moe;
 pub mod norm;
 pub mod permute;
+pub mod route;
+pub mod sort;
+pub mod act;
+pub mod gather_mm;
 
 use super::jit::Source;
 use super::CudaDevice;
@@ -100,6 +105,11 @@ pub fn all_instances() -> Vec<(&'static Source, String)> {
     let mut v = Vec::new();
     v.extend(permute::instances());
     v.extend(moe::instances());
+    v.extend(bench::instances());
     v.extend(norm::instances());
+    v.extend(route::instances());
+    v.extend(sort::instances());
+    v.extend(act::instances());
+    v.extend(gather_mm::instances());
     v
 }

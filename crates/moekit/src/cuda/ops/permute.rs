@@ -7,7 +7,10 @@ use crate::error::Result;
 use crate::ops::sort::ExpertSort;
 use crate::tensor::Tensor;
 
-static SRC: Source = Source { name: "permute.cu", text: include_str!("../../../kernels/permute.cu") };
+static SRC: Source = Source {
+    name: "permute.cu",
+    text: include_str!("../../../kernels/permute.cu"),
+};
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -48,7 +51,10 @@ pub fn instances() -> Vec<(&'static Source, String)> {
         .iter()
         .flat_map(|&d| {
             let t = ctype("permute", d).unwrap_or("float");
-            [format!("moekit::permute_rows<{t}>"), format!("moekit::unpermute_rows<{t}>")]
+            [
+                format!("moekit::permute_rows<{t}>"),
+                format!("moekit::unpermute_rows<{t}>"),
+            ]
         })
         .map(|e| (&SRC, e))
         .collect()
@@ -56,7 +62,11 @@ pub fn instances() -> Vec<(&'static Source, String)> {
 
 /// `x [T, H]` (validated, on the device) → `[T·k, H]` in sorted order.
 pub fn permute(x: &Tensor, sort: &ExpertSort) -> Result<Tensor> {
-    let out = Tensor::zeros_on(x.dtype(), &[x.shape()[0] * sort.top_k, x.shape()[1]], x.device())?;
+    let out = Tensor::zeros_on(
+        x.dtype(),
+        &[x.shape()[0] * sort.top_k, x.shape()[1]],
+        x.device(),
+    )?;
     permute_into(x, sort, &out)?;
     Ok(out)
 }
@@ -78,7 +88,11 @@ pub fn permute_into(x: &Tensor, sort: &ExpertSort, out: &Tensor) -> Result<()> {
         hidden: h as u32,
         n_tokens: t as u32,
     };
-    let geo = Geometry { grid: (n_rows as u32, 1, 1), block: (128, 1, 1), shared: 0 };
+    let geo = Geometry {
+        grid: (n_rows as u32, 1, 1),
+        block: (128, 1, 1),
+        shared: 0,
+    };
     let e = format!("moekit::permute_rows<{}>", ctype("permute", x.dtype())?);
     // SAFETY: x is [t, h], sorted has n_rows entries, out is [n_rows, h]; the
     // kernel reads sorted[block] and bounds-checks the token it names.
@@ -109,7 +123,11 @@ pub fn unpermute_into(y: &Tensor, sort: &ExpertSort, weights: &Tensor, out: &Ten
         hidden: h as u32,
         n_rows: (t * k) as u32,
     };
-    let geo = Geometry { grid: (t as u32, 1, 1), block: (128, 1, 1), shared: 0 };
+    let geo = Geometry {
+        grid: (t as u32, 1, 1),
+        block: (128, 1, 1),
+        shared: 0,
+    };
     let e = format!("moekit::unpermute_rows<{}>", ctype("unpermute", y.dtype())?);
     // SAFETY: y is [t·k, h], inverse and weights [t, k], out [t, h]; positions
     // read from inverse are bounds-checked by the kernel.
