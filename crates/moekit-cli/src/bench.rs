@@ -193,7 +193,11 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
             measure_read_bandwidth()?
         }
     };
-    let dev_name = cuda.as_ref().map_or(format!("{device} ({threads} threads)"), |d| format!("{device} ({})", d.name()));
+    let dev_name = cuda
+        .as_ref()
+        .map_or(format!("{device} ({threads} threads)"), |d| {
+            format!("{device} ({})", d.name())
+        });
     println!(
         "preset {} (E={} k={} H={} I={}), device {dev_name}, activations {dtype}, read bandwidth {bw:.1} GB/s",
         preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
@@ -223,7 +227,9 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
             let (secs, repeats) = match &cuda {
                 Some(dev) => {
                     let reps = 50;
-                    let ms = moekit::cuda::ops::bench::time_ms(dev, reps, || block.forward_on(backend, &x).map(drop))?;
+                    let ms = moekit::cuda::ops::bench::time_ms(dev, reps, || {
+                        block.forward_on(backend, &x).map(drop)
+                    })?;
                     (ms * 1e-3, reps)
                 }
                 None => time_median(a.min_time, || {

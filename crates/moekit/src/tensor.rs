@@ -341,8 +341,20 @@ impl Tensor {
     /// address stays valid for a captured CUDA graph.
     pub fn copy_from(&mut self, src: &Tensor) -> Result<()> {
         const OP: &str = "Tensor::copy_from";
-        ensure(src.dtype == self.dtype, OP, "src", format!("dtype {}", self.dtype), src.dtype)?;
-        ensure(src.shape == self.shape, OP, "src", format!("shape {:?}", self.shape), format!("{:?}", src.shape))?;
+        ensure(
+            src.dtype == self.dtype,
+            OP,
+            "src",
+            format!("dtype {}", self.dtype),
+            src.dtype,
+        )?;
+        ensure(
+            src.shape == self.shape,
+            OP,
+            "src",
+            format!("shape {:?}", self.shape),
+            format!("{:?}", src.shape),
+        )?;
         match (&mut self.storage, &src.storage) {
             (Storage::Cuda(d), Storage::Cuda(s)) => d.copy_from_device(s),
             (Storage::Cuda(d), Storage::Cpu(s)) => d.copy_from_host(s.as_slice()),

@@ -37,7 +37,10 @@ pub fn capture(dev: &Arc<CudaDevice>, f: impl FnOnce() -> Result<()>) -> Result<
         .map_err(cuda_err("end_capture"));
     r?;
     let graph = g?.ok_or_else(|| Error::NoCuda("stream capture produced no graph".into()))?;
-    Ok(Graph { graph, dev: dev.clone() })
+    Ok(Graph {
+        graph,
+        dev: dev.clone(),
+    })
 }
 
 impl Graph {

@@ -147,7 +147,10 @@ pub fn compile(source: &Source, name_expr: &str, arch: Arch) -> Result<Compiled>
         unsafe { nv::nvrtcAddNameExpression(prog.0, expr.as_ptr()) },
         "nvrtcAddNameExpression",
     )?;
-    let mut opts: Vec<CString> = OPTIONS.iter().map(|o: &&str| cstring(o)).collect::<Result<_>>()?;
+    let mut opts: Vec<CString> = OPTIONS
+        .iter()
+        .map(|o: &&str| cstring(o))
+        .collect::<Result<_>>()?;
     opts.push(cstring(&format!("--gpu-architecture={target}"))?);
     if let Some(inc) = cuda_include_dir() {
         opts.push(cstring(&format!("-I{}", inc.display()))?);

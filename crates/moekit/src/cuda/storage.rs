@@ -64,19 +64,44 @@ impl CudaBytes {
 
     /// Copies `src` (same length) into these bytes, in stream order (capturable).
     pub fn copy_from_device(&self, src: &CudaBytes) -> Result<()> {
-        crate::error::ensure(src.len == self.len, "CudaBytes::copy_from_device", "src", format!("{} bytes", self.len), src.len)?;
+        crate::error::ensure(
+            src.len == self.len,
+            "CudaBytes::copy_from_device",
+            "src",
+            format!("{} bytes", self.len),
+            src.len,
+        )?;
         // SAFETY: both ranges are live allocations of this context of `len` bytes.
-        unsafe { cudarc::driver::result::memcpy_dtod_async(self.ptr(), src.ptr(), self.len, self.dev.stream().cu_stream()) }
-            .map_err(cuda_err("copy device to device"))
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                self.ptr(),
+                src.ptr(),
+                self.len,
+                self.dev.stream().cu_stream(),
+            )
+        }
+        .map_err(cuda_err("copy device to device"))
     }
 
     /// Copies host bytes (same length) into these bytes.
     pub fn copy_from_host(&self, src: &[u8]) -> Result<()> {
-        crate::error::ensure(src.len() == self.len, "CudaBytes::copy_from_host", "src", format!("{} bytes", self.len), src.len())?;
+        crate::error::ensure(
+            src.len() == self.len,
+            "CudaBytes::copy_from_host",
+            "src",
+            format!("{} bytes", self.len),
+            src.len(),
+        )?;
         // SAFETY: the destination is a live allocation of `len` bytes; the source
         // slice outlives the call, which stages pageable memory before returning.
-        unsafe { cudarc::driver::result::memcpy_htod_async(self.ptr(), src, self.dev.stream().cu_stream()) }
-            .map_err(cuda_err("copy host to device"))
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                self.ptr(),
+                src,
+                self.dev.stream().cu_stream(),
+            )
+        }
+        .map_err(cuda_err("copy host to device"))
     }
 
     /// The device address of the first byte, for kernel arguments.

@@ -14,13 +14,26 @@ use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {
     // The bundle runs from the repository root; cargo test from the crate.
-    ["fixtures", "../../fixtures"].iter().map(PathBuf::from).find(|p| p.join("gguf").is_dir()).expect("fixtures/ (run from the repository root)")
+    ["fixtures", "../../fixtures"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("gguf").is_dir())
+        .expect("fixtures/ (run from the repository root)")
 }
 
 fn check_checkpoint(model: &Path, layer: usize, x: &Path, want: &Path) {
     let ckpt = load::open(model).unwrap();
-    let block = ckpt.moe_block(layer, &|_, _| {}).unwrap().to_device(gpu()).unwrap();
-    let x = NpyArray::read(x).unwrap().to_tensor().unwrap().to_device(gpu()).unwrap();
+    let block = ckpt
+        .moe_block(layer, &|_, _| {})
+        .unwrap()
+        .to_device(gpu())
+        .unwrap();
+    let x = NpyArray::read(x)
+        .unwrap()
+        .to_tensor()
+        .unwrap()
+        .to_device(gpu())
+        .unwrap();
     let got = host_f32(&block.forward(&x).unwrap());
     let e = nmse(&got, &NpyArray::read(want).unwrap().to_f32().unwrap());
     println!("{} layer {layer}: NMSE {e:.2e}", model.display());
@@ -33,26 +46,54 @@ fn every_fixture_checkpoint_matches_its_reference_on_cuda() {
     let mut n = 0;
     for entry in std::fs::read_dir(root.join("gguf")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().to_string();
-        let Some((model, layer)) = name.strip_suffix(".npy").and_then(|s| s.rsplit_once("_out_")) else { continue };
+        let Some((model, layer)) = name
+            .strip_suffix(".npy")
+            .and_then(|s| s.rsplit_once("_out_"))
+        else {
+            continue;
+        };
         let d = root.join("gguf");
-        check_checkpoint(&d.join(format!("{model}.gguf")), layer.parse().unwrap(), &d.join(format!("{model}_x.npy")), &d.join(&name));
+        check_checkpoint(
+            &d.join(format!("{model}.gguf")),
+            layer.parse().unwrap(),
+            &d.join(format!("{model}_x.npy")),
+            &d.join(&name),
+        );
         n += 1;
     }
     for entry in std::fs::read_dir(root.join("st")).unwrap() {
         let case = entry.unwrap().path();
-        let Ok(meta) = std::fs::read_to_string(case.join("meta.json")) else { continue };
+        let Ok(meta) = std::fs::read_to_string(case.join("meta.json")) else {
+            continue;
+        };
         let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
-        check_checkpoint(&case, meta["layer"].as_u64().unwrap() as usize, &case.join("x.npy"), &case.join("out.npy"));
+        check_checkpoint(
+            &case,
+            meta["layer"].as_u64().unwrap() as usize,
+            &case.join("x.npy"),
+            &case.join("out.npy"),
+        );
         n += 1;
     }
     assert!(n >= 20, "found only {n} fixture cases");
 }
 
 /// A random block of `format`: E experts, top-k, with a gated shared expert.
-fn random_block(format: WeightFormat, e: usize, k: usize, h: usize, i: usize, kind: RouterKind) -> MoeBlock {
+fn random_block(
+    format: WeightFormat,
+    e: usize,
+    k: usize,
+    h: usize,
+    i: usize,
+    kind: RouterKind,
+) -> MoeBlock {
     let rw = |f, n, r, c, s| random_weights(f, n, r, c, DType::Bf16, s, &|| {}).unwrap();
     MoeBlock::new(MoeBlockParts {
-        router: RouterConfig { kind, n_experts: e, top_k: k },
+        router: RouterConfig {
+            kind,
+            n_experts: e,
+            top_k: k,
+        },
         router_weight: rw(WeightFormat::Dense(DType::F32), 1, e, h, 1),
         gate_up: GateUp::separate(rw(format, e, i, h, 2), rw(format, e, i, h, 3)).unwrap(),
         down: rw(format, e, h, i, 4),
@@ -68,12 +109,26 @@ fn random_block(format: WeightFormat, e: usize, k: usize, h: usize, i: usize, ki
 #[test]
 fn synthetic_blocks_of_every_format_match_cpu() {
     for f in WeightFormat::all() {
-        let cpu = random_block(f, 16, 4, 256, 256, RouterKind::SoftmaxTopK { norm_topk_prob: true });
+        let cpu = random_block(
+            f,
+            16,
+            4,
+            256,
+            256,
+            RouterKind::SoftmaxTopK {
+                norm_topk_prob: true,
+            },
+        );
         let dev = cpu.to_device(gpu()).unwrap();
         for t in [1, 7, 64] {
             for dt in [DType::F32, DType::Bf16] {
                 let x = random(&[t, 256], dt, t as u64);
-                let want = cpu.forward_on(Backend::CpuFast, &x).unwrap().out.to_f32_vec().unwrap();
+                let want = cpu
+                    .forward_on(Backend::CpuFast, &x)
+                    .unwrap()
+                    .out
+                    .to_f32_vec()
+                    .unwrap();
                 let got = host_f32(&dev.forward(&x.to_device(gpu()).unwrap()).unwrap());
                 let e = nmse(&got, &want);
                 // bf16 activations round every intermediate: NMSE ≤ 1e-3.
@@ -87,7 +142,14 @@ fn synthetic_blocks_of_every_format_match_cpu() {
 #[test]
 fn moe_block_captures_into_a_cuda_graph_and_replays_with_new_inputs() {
     let dev = moekit::cuda::device(0).unwrap();
-    let cpu = random_block(WeightFormat::parse("q4_k").unwrap(), 32, 4, 512, 256, RouterKind::TopKSoftmax);
+    let cpu = random_block(
+        WeightFormat::parse("q4_k").unwrap(),
+        32,
+        4,
+        512,
+        256,
+        RouterKind::TopKSoftmax,
+    );
     let block = cpu.to_device(gpu()).unwrap();
     let t = 8;
     let mut x = random(&[t, 512], DType::Bf16, 1).to_device(gpu()).unwrap();
@@ -100,7 +162,12 @@ fn moe_block_captures_into_a_cuda_graph_and_replays_with_new_inputs() {
         x.copy_from(&xs).unwrap();
         graph.replay().unwrap();
         let got = host_f32(&out);
-        let want = cpu.forward_on(Backend::CpuFast, &xs).unwrap().out.to_f32_vec().unwrap();
+        let want = cpu
+            .forward_on(Backend::CpuFast, &xs)
+            .unwrap()
+            .out
+            .to_f32_vec()
+            .unwrap();
         let e = nmse(&got, &want);
         assert!(e <= 1e-3, "graph replay seed {seed}: NMSE {e:e}");
         // Replaying is deterministic: a second replay gives identical bits.

@@ -7,7 +7,10 @@ use crate::cuda::CudaDevice;
 use crate::error::{cuda_err, Result};
 use cudarc::driver::DevicePtr;
 
-static SRC: Source = Source { name: "bench.cu", text: include_str!("../../../kernels/bench.cu") };
+static SRC: Source = Source {
+    name: "bench.cu",
+    text: include_str!("../../../kernels/bench.cu"),
+};
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -32,8 +35,12 @@ pub fn time_ms(dev: &CudaDevice, reps: usize, mut f: impl FnMut() -> Result<()>)
     let ctx = dev.context();
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
-        let a = ctx.new_event(None).map_err(cuda_err("new_event"))?;
-        let b = ctx.new_event(None).map_err(cuda_err("new_event"))?;
+        let a = ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda_err("new_event"))?;
+        let b = ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda_err("new_event"))?;
         a.record(dev.stream()).map_err(cuda_err("event record"))?;
         f()?;
         b.record(dev.stream()).map_err(cuda_err("event record"))?;
@@ -48,13 +55,27 @@ pub fn time_ms(dev: &CudaDevice, reps: usize, mut f: impl FnMut() -> Result<()>)
 /// Read bandwidth in GB/s: median of 20 reads of a `bytes`-byte buffer.
 pub fn read_bandwidth(dev: &CudaDevice, bytes: usize) -> Result<f64> {
     let n_words = bytes / 16;
-    let src = dev.stream().alloc_zeros::<u8>(n_words * 16).map_err(cuda_err("alloc"))?;
+    let src = dev
+        .stream()
+        .alloc_zeros::<u8>(n_words * 16)
+        .map_err(cuda_err("alloc"))?;
     let blocks = dev.sm_count() * 8;
-    let sink = dev.stream().alloc_zeros::<u32>(blocks as usize).map_err(cuda_err("alloc"))?;
+    let sink = dev
+        .stream()
+        .alloc_zeros::<u32>(blocks as usize)
+        .map_err(cuda_err("alloc"))?;
     let (sp, _g1) = src.device_ptr(dev.stream());
     let (kp, _g2) = sink.device_ptr(dev.stream());
-    let p = ReadParams { src: sp, sink: kp, n_words: n_words as u64 };
-    let geo = Geometry { grid: (blocks, 1, 1), block: (512, 1, 1), shared: 0 };
+    let p = ReadParams {
+        src: sp,
+        sink: kp,
+        n_words: n_words as u64,
+    };
+    let geo = Geometry {
+        grid: (blocks, 1, 1),
+        block: (512, 1, 1),
+        shared: 0,
+    };
     let ms = time_ms(dev, 20, || {
         // SAFETY: src holds n_words 16-byte words and sink one word per block.
         unsafe { launch(dev, &SRC, "moekit::read_words", geo, p, "read_words") }

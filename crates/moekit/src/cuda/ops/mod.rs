@@ -5,14 +5,14 @@
 //! kernel is started. [`all_instances`] lists every template instance the
 //! library can request, so CI compiles each one through NVRTC without a GPU.
 
+pub mod act;
 pub mod bench;
+pub mod gather_mm;
 pub mod moe;
 pub mod norm;
 pub mod permute;
 pub mod route;
 pub mod sort;
-pub mod act;
-pub mod gather_mm;
 
 use super::jit::Source;
 use super::CudaDevice;
