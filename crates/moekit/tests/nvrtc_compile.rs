@@ -12,15 +12,20 @@ use moekit::cuda::Arch;
 fn every_kernel_instance_compiles_for_sm90a_and_sm80() {
     let instances = all_instances();
     assert!(!instances.is_empty());
-    let mut failures = Vec::new();
-    for arch in [Arch::SM90, Arch::SM80] {
-        for (src, expr) in &instances {
-            match compile(src, expr, arch) {
-                Ok(c) => assert!(!c.image.is_empty() && !c.lowered.is_empty()),
-                Err(e) => failures.push(format!("{}: {e}", src.name)),
-            }
-        }
-    }
+    // NVRTC compiles independent programs concurrently: one per thread.
+    use rayon::prelude::*;
+    let jobs: Vec<_> = [Arch::SM90, Arch::SM80]
+        .into_iter()
+        .flat_map(|a| instances.iter().map(move |i| (a, i)))
+        .collect();
+    let failures: Vec<String> = jobs
+        .par_iter()
+        .filter_map(|(arch, (src, expr))| match compile(src, expr, *arch) {
+            Ok(c) if !c.image.is_empty() && !c.lowered.is_empty() => None,
+            Ok(_) => Some(format!("{}: {expr}: empty image or name", src.name)),
+            Err(e) => Some(format!("{}: {e}", src.name)),
+        })
+        .collect();
     println!("compiled {} instances × 2 architectures", instances.len());
     assert!(
         failures.is_empty(),

@@ -43,13 +43,7 @@ pub fn segments(
 ) -> Result<Vec<Segment>> {
     match experts {
         RowExperts::Single => {
-            ensure(
-                n_experts == 1,
-                op,
-                "experts",
-                "weights of a single expert for RowExperts::Single",
-                format!("E = {n_experts}"),
-            )?;
+            check_single(op, n_experts)?;
             Ok(vec![Segment {
                 expert: 0,
                 rows: (0..m as u32).collect(),
@@ -113,6 +107,17 @@ pub fn segments(
                 .collect())
         }
     }
+}
+
+/// [`RowExperts::Single`] needs weights of exactly one expert.
+pub(crate) fn check_single(op: &'static str, n_experts: usize) -> Result<()> {
+    ensure(
+        n_experts == 1,
+        op,
+        "experts",
+        "weights of a single expert for RowExperts::Single",
+        format!("E = {n_experts}"),
+    )
 }
 
 fn short(v: &[u32]) -> &[u32] {

@@ -106,9 +106,10 @@ fn random_block(
     .unwrap()
 }
 
-#[test]
-fn synthetic_blocks_of_every_format_match_cpu() {
-    for f in WeightFormat::all() {
+/// Synthetic blocks of `formats` on the GPU vs the CPU fast path (split by
+/// family so each test stays small enough for compute-sanitizer's racecheck).
+fn synthetic_blocks_match_cpu(formats: impl Iterator<Item = WeightFormat>) {
+    for f in formats {
         let cpu = random_block(
             f,
             16,
@@ -137,6 +138,36 @@ fn synthetic_blocks_of_every_format_match_cpu() {
             }
         }
     }
+}
+
+fn family(pred: impl Fn(&WeightFormat) -> bool) -> impl Iterator<Item = WeightFormat> {
+    WeightFormat::all().into_iter().filter(move |f| pred(f))
+}
+
+#[test]
+fn synthetic_blocks_dense_and_affine_u8_match_cpu() {
+    synthetic_blocks_match_cpu(family(|f| {
+        matches!(f, WeightFormat::Dense(_) | WeightFormat::AffineU8 { .. })
+    }));
+}
+
+#[test]
+fn synthetic_blocks_affine_2_3_4_bits_match_cpu() {
+    synthetic_blocks_match_cpu(family(
+        |f| matches!(f, WeightFormat::Affine(p) if p.bits <= 4),
+    ));
+}
+
+#[test]
+fn synthetic_blocks_affine_5_6_8_bits_match_cpu() {
+    synthetic_blocks_match_cpu(family(
+        |f| matches!(f, WeightFormat::Affine(p) if p.bits > 4),
+    ));
+}
+
+#[test]
+fn synthetic_blocks_ggml_match_cpu() {
+    synthetic_blocks_match_cpu(family(|f| matches!(f, WeightFormat::Ggml(_))));
 }
 
 #[test]

@@ -205,13 +205,7 @@ fn base_params(
     same_device(out, "out")?;
     let (mode, ptr) = match experts {
         RowExperts::Single => {
-            ensure(
-                n_experts == 1,
-                op,
-                "experts",
-                "weights of a single expert for RowExperts::Single",
-                format!("E = {n_experts}"),
-            )?;
+            crate::ops::gather_mm::check_single(op, n_experts)?;
             (ROWS_SINGLE, 0)
         }
         RowExperts::Sorted(t) => {
