@@ -54,6 +54,16 @@ struct CaseResult {
     gb_per_s: f64,
     pct_of_read_bw: f64,
     gflop_per_s: f64,
+    /// weight_bytes / read bandwidth: the time at the roofline.
+    floor_ms: f64,
+    /// median_ms / floor_ms.
+    x_floor: f64,
+    /// CUDA only: the block replayed as a captured CUDA graph.
+    graph_ms: Option<f64>,
+    graph_pct_of_read_bw: Option<f64>,
+    graph_x_floor: Option<f64>,
+    /// CUDA only: kernel launches per block.
+    launches: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -112,7 +122,7 @@ fn build_block(
     format: WeightFormat,
     seed: u64,
     bar: &ProgressBar,
-) -> Result<MoeBlock, AnyErr> {
+) -> moekit::Result<MoeBlock> {
     let (e, h, i) = (p.n_experts, p.hidden, p.intermediate);
     let tick = || bar.inc(1);
     let rw = |f, n_exp, rows, cols, s| {
@@ -203,8 +213,18 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
     );
     println!(
-        "{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9}",
-        "format", "T", "median ms", "weight MB", "GB/s", "% bw", "GFLOP/s"
+        "{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9} {:>7} {:>9} {:>6}% {:>8}",
+        "format",
+        "T",
+        "median ms",
+        "weight MB",
+        "GB/s",
+        "% bw",
+        "GFLOP/s",
+        "x floor",
+        "graph ms",
+        "bw g",
+        "launches"
     );
     let mut cases = Vec::new();
     for format in formats {
@@ -214,7 +234,21 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                 .map_err(|e| e.to_string())?,
         );
         bar.set_message(format!("generating {format} weights"));
-        let block = build_block(&preset, format, a.seed, &bar)?.to_device(device)?;
+        let block = match build_block(&preset, format, a.seed, &bar) {
+            Ok(b) => b.to_device(device)?,
+            // e.g. a K-quant (K a multiple of 256) on a preset with I = 1408.
+            Err(moekit::Error::Invalid {
+                arg, expected, got, ..
+            }) => {
+                bar.finish_and_clear();
+                println!(
+                    "{:<14} skipped: {arg} must be {expected}, this preset has {got}",
+                    format.to_string()
+                );
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         bar.finish_and_clear();
         for &t in &a.tokens {
             let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed ^ t as u64);
@@ -237,6 +271,23 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                     Ok(())
                 })?,
             };
+            let (graph_ms, launches) = match &cuda {
+                Some(dev) => {
+                    let mut out = Tensor::zeros_on(dtype, &[t, preset.hidden], device)?;
+                    let step = |out: &mut Tensor| -> moekit::Result<()> {
+                        out.copy_from(&block.forward_on(backend, &x)?.out)
+                    };
+                    let before = moekit::cuda::ops::launch_count();
+                    step(&mut out)?;
+                    let launches = moekit::cuda::ops::launch_count() - before;
+                    dev.synchronize()?;
+                    let graph = moekit::cuda::graph::capture(dev, || step(&mut out))?;
+                    let ms = moekit::cuda::ops::bench::time_ms(dev, 100, || graph.replay())?;
+                    (Some(ms), Some(launches))
+                }
+                None => (None, None),
+            };
+            let floor_ms = bytes as f64 / (bw * 1e9) * 1e3;
             let gbs = bytes as f64 / secs / 1e9;
             let r = CaseResult {
                 format: format.to_string(),
@@ -247,16 +298,30 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                 gb_per_s: gbs,
                 pct_of_read_bw: 100.0 * gbs / bw,
                 gflop_per_s: block.flops(t) as f64 / secs / 1e9,
+                floor_ms,
+                x_floor: secs * 1e3 / floor_ms,
+                graph_ms,
+                graph_pct_of_read_bw: graph_ms
+                    .map(|g| 100.0 * (bytes as f64 / (g * 1e-3) / 1e9) / bw),
+                graph_x_floor: graph_ms.map(|g| g / floor_ms),
+                launches,
+            };
+            let opt = |v: Option<f64>, w: usize, p: usize| {
+                v.map_or(format!("{:>w$}", "-"), |v| format!("{v:>w$.p$}"))
             };
             println!(
-                "{:<14} {:>6} {:>10.3} {:>12.1} {:>9.2} {:>6.1}% {:>9.2}",
+                "{:<14} {:>6} {:>10.3} {:>12.1} {:>9.2} {:>6.1}% {:>9.2} {:>7.1} {} {} {:>8}",
                 r.format,
                 t,
                 r.median_ms,
                 bytes as f64 / 1e6,
                 r.gb_per_s,
                 r.pct_of_read_bw,
-                r.gflop_per_s
+                r.gflop_per_s,
+                r.x_floor,
+                opt(r.graph_ms, 9, 4),
+                opt(r.graph_pct_of_read_bw, 6, 1),
+                r.launches.map_or("-".to_string(), |l| l.to_string())
             );
             cases.push(r);
         }

@@ -51,6 +51,19 @@ pub struct MoeBlock {
     p: MoeBlockParts,
 }
 
+/// Which implementation of the block runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoePath {
+    /// The fused decode path where it applies (CUDA, T ≤ 64, one expert
+    /// format), else the general path.
+    Auto,
+    /// Op by op: route, sort, permute, grouped matmuls, combine.
+    General,
+    /// The three-launch fused decode path (`cuda::ops::decode`); an error
+    /// where it does not apply.
+    Decode,
+}
+
 /// Intermediate results of a forward pass (for tests and benchmarks).
 #[derive(Debug, Clone)]
 pub struct MoeTrace {
@@ -162,7 +175,28 @@ impl MoeBlock {
 
     /// Runs the block with an explicit backend and returns the routing too.
     pub fn forward_on(&self, backend: Backend, x: &Tensor) -> Result<MoeTrace> {
+        self.forward_with(backend, MoePath::Auto, x)
+    }
+
+    /// Runs the block with an explicit backend and path.
+    pub fn forward_with(&self, backend: Backend, path: MoePath, x: &Tensor) -> Result<MoeTrace> {
         const OP: &str = "MoeBlock::forward";
+        let decode = backend == Backend::Cuda && crate::cuda::ops::decode::supports(self, x);
+        match path {
+            MoePath::Decode if !decode => {
+                return Err(crate::error::invalid(
+                    OP,
+                    "path",
+                    "a CUDA input of 1..=64 tokens and one expert format (decode path)",
+                    format!("{backend:?}, {:?}", x.shape()),
+                ))
+            }
+            MoePath::Decode | MoePath::Auto if decode => {
+                check_float(OP, "x", x, 2)?;
+                return crate::cuda::ops::decode::forward(self, x);
+            }
+            _ => {}
+        }
         check_float(OP, "x", x, 2)?;
         let h = self.hidden();
         ensure(

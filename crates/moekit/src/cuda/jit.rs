@@ -38,6 +38,10 @@ pub static HEADERS: &[Source] = &[
         name: "moekit/dequant.cuh",
         text: include_str!("../../kernels/dequant.cuh"),
     },
+    Source {
+        name: "moekit/route.cuh",
+        text: include_str!("../../kernels/route.cuh"),
+    },
 ];
 
 /// Options passed to NVRTC for every kernel (besides the architecture).

@@ -36,6 +36,52 @@ impl CudaBytes {
         })
     }
 
+    /// `len` uninitialized bytes on `dev` (stream-ordered allocation, no memset):
+    /// for scratch that kernels write before they read.
+    pub fn uninit(dev: &Arc<CudaDevice>, len: usize) -> Result<CudaBytes> {
+        // SAFETY: device memory is never read by the host before a kernel or
+        // copy writes it; uninitialized device bytes are not Rust values.
+        let buf = unsafe { dev.stream().alloc::<u8>(len.max(1)) }.map_err(cuda_err("alloc"))?;
+        Ok(CudaBytes {
+            dev: dev.clone(),
+            buf: Arc::new(buf),
+            offset: 0,
+            len,
+        })
+    }
+
+    /// A view of `len` bytes at `offset` (clamped to these bytes).
+    pub fn slice(&self, offset: usize, len: usize) -> CudaBytes {
+        let offset = offset.min(self.len);
+        CudaBytes {
+            dev: self.dev.clone(),
+            buf: self.buf.clone(),
+            offset: self.offset + offset,
+            len: len.min(self.len - offset),
+        }
+    }
+
+    /// Zeroes `len` bytes at `offset`, in stream order (capturable).
+    pub fn zero_range(&self, offset: usize, len: usize) -> Result<()> {
+        crate::error::ensure(
+            offset + len <= self.len,
+            "CudaBytes::zero_range",
+            "range",
+            format!("inside {} bytes", self.len),
+            offset + len,
+        )?;
+        // SAFETY: the range lies inside this live allocation.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                self.ptr() + offset as u64,
+                0,
+                len,
+                self.dev.stream().cu_stream(),
+            )
+        }
+        .map_err(cuda_err("memset"))
+    }
+
     /// A device copy of host bytes (asynchronous on the device's stream).
     pub fn from_host(dev: &Arc<CudaDevice>, bytes: &[u8]) -> Result<CudaBytes> {
         let buf = match bytes.len() {

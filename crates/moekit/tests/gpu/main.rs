@@ -8,6 +8,7 @@
 //! an element fails the NMSE check (which rejects non-finite values).
 
 mod common;
+mod decode;
 mod gather_mm;
 mod moe;
 mod norm_act;

@@ -5,11 +5,11 @@
 use crate::common::*;
 use moekit::format::random::random_weights;
 use moekit::load;
-use moekit::moe::{MoeBlock, MoeBlockParts, SharedExpert};
+use moekit::moe::{MoeBlock, MoeBlockParts, MoePath, SharedExpert};
 use moekit::npy::NpyArray;
 use moekit::ops::act::GateUp;
 use moekit::ops::route::{RouterConfig, RouterKind};
-use moekit::{Backend, DType, Device, Tensor, WeightFormat};
+use moekit::{Backend, DType, Tensor, WeightFormat};
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {
@@ -183,27 +183,36 @@ fn moe_block_captures_into_a_cuda_graph_and_replays_with_new_inputs() {
     );
     let block = cpu.to_device(gpu()).unwrap();
     let t = 8;
-    let mut x = random(&[t, 512], DType::Bf16, 1).to_device(gpu()).unwrap();
-    let mut out = Tensor::zeros_on(DType::Bf16, &[t, 512], gpu()).unwrap();
-    block.forward_into(&x, &mut out).unwrap(); // warm-up: compiles and loads every kernel
-    dev.synchronize().unwrap();
-    let graph = moekit::cuda::graph::capture(&dev, || block.forward_into(&x, &mut out)).unwrap();
-    for seed in [2, 3, 4] {
-        let xs = random(&[t, 512], DType::Bf16, seed);
-        x.copy_from(&xs).unwrap();
-        graph.replay().unwrap();
-        let got = host_f32(&out);
-        let want = cpu
-            .forward_on(Backend::CpuFast, &xs)
-            .unwrap()
-            .out
-            .to_f32_vec()
-            .unwrap();
-        let e = nmse(&got, &want);
-        assert!(e <= 1e-3, "graph replay seed {seed}: NMSE {e:e}");
-        // Replaying is deterministic: a second replay gives identical bits.
-        graph.replay().unwrap();
-        assert_eq!(host_f32(&out), got, "replay seed {seed} not bit-identical");
+    for path in [MoePath::General, MoePath::Decode] {
+        let mut x = random(&[t, 512], DType::Bf16, 1).to_device(gpu()).unwrap();
+        let mut out = Tensor::zeros_on(DType::Bf16, &[t, 512], gpu()).unwrap();
+        let step = |x: &Tensor, out: &mut Tensor| -> moekit::Result<()> {
+            let y = block.forward_with(Backend::Cuda, path, x)?.out;
+            out.copy_from(&y)
+        };
+        step(&x, &mut out).unwrap(); // warm-up: compiles and loads every kernel
+        dev.synchronize().unwrap();
+        let graph = moekit::cuda::graph::capture(&dev, || step(&x, &mut out)).unwrap();
+        for seed in [2, 3, 4] {
+            let xs = random(&[t, 512], DType::Bf16, seed);
+            x.copy_from(&xs).unwrap();
+            graph.replay().unwrap();
+            let got = host_f32(&out);
+            let want = cpu
+                .forward_on(Backend::CpuFast, &xs)
+                .unwrap()
+                .out
+                .to_f32_vec()
+                .unwrap();
+            let e = nmse(&got, &want);
+            assert!(e <= 1e-3, "{path:?} graph replay seed {seed}: NMSE {e:e}");
+            // Replaying is deterministic: a second replay gives identical bits.
+            graph.replay().unwrap();
+            assert_eq!(
+                host_f32(&out),
+                got,
+                "{path:?} replay seed {seed} not bit-identical"
+            );
+        }
     }
-    let _ = Device::Cpu;
 }

@@ -39,12 +39,12 @@ const WARPS: usize = 4;
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct WeightSrc {
-    data: u64,
-    scales: u64,
-    biases: u64,
-    rows: u32,
-    row_offset: u32,
+pub(crate) struct WeightSrc {
+    pub(crate) data: u64,
+    pub(crate) scales: u64,
+    pub(crate) biases: u64,
+    pub(crate) rows: u32,
+    pub(crate) row_offset: u32,
 }
 const _: () = assert!(std::mem::size_of::<WeightSrc>() == 32);
 
@@ -138,7 +138,11 @@ pub fn instances() -> Vec<(&'static Source, String)> {
 }
 
 /// One weight source for the kernel: row `row_offset + n` of each expert.
-fn weight_src(op: &'static str, w: &QuantWeights, row_offset: usize) -> Result<WeightSrc> {
+pub(crate) fn weight_src(
+    op: &'static str,
+    w: &QuantWeights,
+    row_offset: usize,
+) -> Result<WeightSrc> {
     let ptr16 = |t: &Tensor, arg: &'static str| -> Result<u64> {
         let p = t.cuda_bytes()?.ptr();
         ensure(
@@ -257,7 +261,7 @@ fn base_params(
 }
 
 /// log2 of the affine group size (0 for the other formats).
-fn group_shift(format: WeightFormat) -> u32 {
+pub(crate) fn group_shift(format: WeightFormat) -> u32 {
     match format {
         WeightFormat::Affine(p) => p.group_size.trailing_zeros(),
         WeightFormat::AffineU8 { group_size } => group_size.trailing_zeros(),

@@ -7,6 +7,7 @@
 
 pub mod act;
 pub mod bench;
+pub mod decode;
 pub mod gather_mm;
 pub mod moe;
 pub mod norm;
@@ -89,6 +90,7 @@ pub unsafe fn launch<P: DeviceRepr>(
     let f = dev
         .jit()
         .function(dev.context(), dev.arch(), source, name_expr)?;
+    LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let cfg = LaunchConfig {
         grid_dim: geo.grid,
         block_dim: geo.block,
@@ -100,12 +102,21 @@ pub unsafe fn launch<P: DeviceRepr>(
     unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda_err(op))
 }
 
+static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Kernel launches made by this process so far (benchmarks report launches
+/// per MoE block as a difference of two readings).
+pub fn launch_count() -> u64 {
+    LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Every (source, name expression) the library can request.
 pub fn all_instances() -> Vec<(&'static Source, String)> {
     let mut v = Vec::new();
     v.extend(permute::instances());
     v.extend(moe::instances());
     v.extend(bench::instances());
+    v.extend(decode::instances());
     v.extend(norm::instances());
     v.extend(route::instances());
     v.extend(sort::instances());

@@ -145,6 +145,42 @@ fn expert_vector(dev: &Arc<CudaDevice>, v: &[f32]) -> Result<CudaBytes> {
     Ok(b)
 }
 
+/// The kernel-side values of a rule: per-expert vector on the device (Gemma-4
+/// scale or grouped bias), n_group, topk_group, renormalise, scaling factor.
+pub(crate) fn rule_params(
+    dev: &Arc<CudaDevice>,
+    kind: &RouterKind,
+) -> Result<(Option<CudaBytes>, usize, usize, bool, f32)> {
+    Ok(match kind {
+        RouterKind::SoftmaxTopK { norm_topk_prob } => (None, 1, 1, *norm_topk_prob, 1.0),
+        RouterKind::TopKSoftmax => (None, 1, 1, false, 1.0),
+        RouterKind::Gemma4 { per_expert_scale } => (
+            Some(expert_vector(dev, per_expert_scale)?),
+            1,
+            1,
+            false,
+            1.0,
+        ),
+        RouterKind::Grouped {
+            bias,
+            n_group,
+            topk_group,
+            norm_topk_prob,
+            routed_scaling_factor,
+            ..
+        } => {
+            let v = bias.as_deref().map(|b| expert_vector(dev, b)).transpose()?;
+            (
+                v,
+                *n_group,
+                *topk_group,
+                *norm_topk_prob,
+                *routed_scaling_factor,
+            )
+        }
+    })
+}
+
 /// Routes `logits` (`[T, E]` f32/f16/bf16 on a CUDA device) into new device
 /// tensors `ids u32 [T, k]` and `weights f32 [T, k]`.
 pub fn route(logits: &Tensor, cfg: &RouterConfig) -> Result<Routing> {
@@ -190,37 +226,7 @@ pub fn route_into(logits: &Tensor, cfg: &RouterConfig, out: &Routing) -> Result<
             x.device(),
         )?;
     }
-    let (vec, n_group, topk_group, norm, rsf) = match &cfg.kind {
-        RouterKind::SoftmaxTopK { norm_topk_prob } => (None, 1, 1, *norm_topk_prob, 1.0),
-        RouterKind::TopKSoftmax => (None, 1, 1, false, 1.0),
-        RouterKind::Gemma4 { per_expert_scale } => (
-            Some(expert_vector(&dev, per_expert_scale)?),
-            1,
-            1,
-            false,
-            1.0,
-        ),
-        RouterKind::Grouped {
-            bias,
-            n_group,
-            topk_group,
-            norm_topk_prob,
-            routed_scaling_factor,
-            ..
-        } => {
-            let v = bias
-                .as_deref()
-                .map(|b| expert_vector(&dev, b))
-                .transpose()?;
-            (
-                v,
-                *n_group,
-                *topk_group,
-                *norm_topk_prob,
-                *routed_scaling_factor,
-            )
-        }
-    };
+    let (vec, n_group, topk_group, norm, rsf) = rule_params(&dev, &cfg.kind)?;
     // validate() bounds E ≤ 1024, k ≤ 32, n_group and topk_group ≤ E: all fit u32.
     let p = RouteParams {
         logits: lb.ptr(),

@@ -1,0 +1,246 @@
+// moekit/route.cuh — routing rules as device functors (route::SoftmaxTopK,
+// ::TopKSoftmax, ::Gemma4, ::Grouped<Scores>), shared by route.cu (one warp
+// per token) and decode.cu (the fused decode path's routing step).
+// See route.cu for the bit-compatibility notes.
+#pragma once
+#include "moekit/common.cuh"
+
+namespace moekit {
+
+struct RouteParams {
+  const void* logits;        // [T, E] of T
+  u32* ids;                  // [T, k]
+  float* weights;            // [T, k]
+  const float* vec;          // [E]: Gemma4 per_expert_scale or Grouped bias; null when none
+  u32 n_tokens, n_experts, top_k, n_group;
+  u32 topk_group, norm_topk_prob;
+  float routed_scaling_factor;
+  u32 pad;
+};
+static_assert(sizeof(RouteParams) == 64, "RouteParams layout");
+
+namespace route {
+
+constexpr u32 kFull = 0xffffffffu;
+constexpr u32 kNone = 0xffffffffu;
+// Tokens (warps) per block, and float buffers of E per warp in dynamic shared
+// memory: the launch gives kWarps * 32 threads and kWarps * kBuffers * E * 4
+// bytes (src/cuda/ops/route.rs mirrors both).
+constexpr u32 kWarps = 4;
+constexpr u32 kBuffers = 3;
+constexpr u32 kMaxExperts = 1024;  // 32 per lane: one bit each in a u32 mask
+constexpr u32 kMaxTopK = 32;       // one slot per lane
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+__device__ __forceinline__ float exp_f32(float x) { return (float)exp((double)x); }
+
+__device__ __forceinline__ float sigmoid(float x) {
+  return __fdiv_rn(1.f, __fadd_rn(1.f, exp_f32(-x)));
+}
+
+// Whether (a, ia) ranks strictly before (b, ib): larger first, NaN last, ties
+// (-0.0 == 0.0, NaN == NaN) to the lower index; kNone (no candidate) last.
+__device__ __forceinline__ bool ranks_before(float a, u32 ia, float b, u32 ib) {
+  if (ib == kNone) return ia != kNone;
+  if (ia == kNone) return false;
+  const bool na = isnan(a), nb = isnan(b);
+  if (!na && !nb) return a > b || (a == b && ia < ib);
+  if (na != nb) return nb;
+  return ia < ib;
+}
+
+// The best key of this lane's share (indices lane + 32 i, bit i of `taken`
+// clear), or kNone.
+__device__ __forceinline__ void lane_best(const float* key, u32 n, u32 lane, u32 taken, float& v, u32& i) {
+  v = 0.f;
+  i = kNone;
+  for (u32 j = 0, e = lane; e < n; ++j, e += 32) {
+    if (!((taken >> j) & 1u) && ranks_before(key[e], e, v, i)) {
+      v = key[e];
+      i = e;
+    }
+  }
+}
+
+// Selects the `count` best of key[0..n) (n ≤ 1024, count ≤ n) in rank order:
+// lane j < count receives the index of the j-th best in `nth` (kNone for the
+// others). Returns this lane's mask of selected keys (bit i: key lane + 32 i).
+// Every lane of the warp must call it; `key` must be visible to all lanes.
+__device__ u32 select_best(const float* key, u32 n, u32 count, u32 lane, u32& nth) {
+  u32 taken = 0;
+  nth = kNone;
+  float v;
+  u32 i;
+  lane_best(key, n, lane, taken, v, i);
+  for (u32 j = 0; j < count; ++j) {
+    float bv = v;
+    u32 bi = i;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(kFull, bv, o);
+      const u32 oi = __shfl_xor_sync(kFull, bi, o);
+      if (ranks_before(ov, oi, bv, bi)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    // A strict total order: every lane holds the same winner now.
+    if (lane == j) nth = bi;
+    if (bi != kNone && (bi & 31u) == lane) {
+      taken |= 1u << (bi >> 5);
+      lane_best(key, n, lane, taken, v, i);
+    }
+  }
+  return taken;
+}
+
+// The largest of buf[0..n) (fmaxf: NaN ignored, as Rust's f32::max), on every lane.
+__device__ __forceinline__ float all_max(const float* buf, u32 n, u32 lane) {
+  float m = neg_inf();
+  for (u32 e = lane; e < n; e += 32) m = fmaxf(m, buf[e]);
+  return warp_max(m);
+}
+
+// 0 + buf[0] + buf[1] + … in index order (every lane computes it: broadcast reads).
+__device__ __forceinline__ float ordered_sum(const float* buf, u32 n) {
+  float s = 0.f;
+  for (u32 e = 0; e < n; ++e) s = __fadd_rn(s, buf[e]);
+  return s;
+}
+
+// 0 + v(lane 0) + … + v(lane k-1) in slot order, on every lane.
+__device__ __forceinline__ float slot_sum(float v, u32 k) {
+  float s = 0.f;
+  for (u32 j = 0; j < k; ++j) s = __fadd_rn(s, __shfl_sync(kFull, v, j));
+  return s;
+}
+
+// w /= Σ w over the k slots, unless the sum is not positive (the zero-sum guard).
+__device__ __forceinline__ float renormalise(float w, u32 k) {
+  const float s = slot_sum(w, k);
+  return s > 0.f ? __fdiv_rn(w, s) : w;
+}
+
+// One token's warp: lane, E, k, and three shared buffers of E floats; `a`
+// holds the token's logits (f32) on entry.
+struct Warp {
+  u32 lane, n, k;
+  float* a;
+  float* b;
+  float* c;
+};
+
+// Softmax over the chosen k (max and sum in slot order): lane j < k gets the
+// weight of slot j; `id` is the slot's expert (kNone on lanes ≥ k).
+__device__ __forceinline__ float chosen_softmax(const Warp& w, u32 id) {
+  const bool mine = w.lane < w.k;
+  const float v = mine ? w.a[id] : neg_inf();
+  const float m = warp_max(v);
+  const float x = mine ? exp_f32(__fsub_rn(v, m)) : 0.f;
+  const float s = slot_sum(x, w.k);
+  return mine ? __fdiv_rn(x, s) : 0.f;
+}
+
+// Qwen3-MoE / Qwen2-MoE: softmax over all, top-k (on the logits), optional renormalisation.
+struct SoftmaxTopK {
+  static __device__ void run(const RouteParams& p, const Warp& w, u32& id, float& wt) {
+    select_best(w.a, w.n, w.k, w.lane, id);
+    const float m = all_max(w.a, w.n, w.lane);
+    for (u32 e = w.lane; e < w.n; e += 32) w.b[e] = exp_f32(__fsub_rn(w.a[e], m));
+    __syncwarp();
+    const float sum = ordered_sum(w.b, w.n);
+    wt = w.lane < w.k ? __fdiv_rn(w.b[id], sum) : 0.f;
+    if (p.norm_topk_prob) wt = renormalise(wt, w.k);
+  }
+};
+
+// Mixtral / gpt-oss: top-k on the logits, softmax over the chosen.
+struct TopKSoftmax {
+  static __device__ void run(const RouteParams&, const Warp& w, u32& id, float& wt) {
+    select_best(w.a, w.n, w.k, w.lane, id);
+    wt = chosen_softmax(w, id);
+  }
+};
+
+// Gemma-4: as TopKSoftmax, then × per_expert_scale[e] (p.vec).
+struct Gemma4 {
+  static __device__ void run(const RouteParams& p, const Warp& w, u32& id, float& wt) {
+    select_best(w.a, w.n, w.k, w.lane, id);
+    wt = chosen_softmax(w, id);
+    if (w.lane < w.k) wt = __fmul_rn(wt, p.vec[id]);
+  }
+};
+
+// Scores of the grouped router, computed in place over w.a (the logits).
+struct SoftmaxScores {
+  static constexpr bool kSigmoid = false;
+  static __device__ void scores(const Warp& w) {
+    const float m = all_max(w.a, w.n, w.lane);
+    for (u32 e = w.lane; e < w.n; e += 32) w.a[e] = exp_f32(__fsub_rn(w.a[e], m));
+    __syncwarp();
+    const float sum = ordered_sum(w.a, w.n);
+    __syncwarp();
+    for (u32 e = w.lane; e < w.n; e += 32) w.a[e] = __fdiv_rn(w.a[e], sum);
+  }
+};
+
+struct SigmoidScores {
+  static constexpr bool kSigmoid = true;
+  static __device__ void scores(const Warp& w) {
+    for (u32 e = w.lane; e < w.n; e += 32) w.a[e] = sigmoid(w.a[e]);
+  }
+};
+
+// DeepSeek-V2/V3, GLM-4-MoE: scores s (w.a), selection keys q = s + bias
+// (w.b), group-limited (group scores and kept flags in w.c), weights from s.
+template <class Scores>
+struct Grouped {
+  // Zeroes q outside the topk_group best of n_group groups (mlx-lm's masking:
+  // masked experts keep key 0.0 and stay selectable).
+  static __device__ void mask_groups(const RouteParams& p, const Warp& w) {
+    const u32 g_n = p.n_group, size = w.n / g_n;
+    for (u32 g = w.lane; g < g_n; g += 32) {
+      float v1 = 0.f, v2 = 0.f;
+      u32 i1 = kNone, i2 = kNone;
+      for (u32 e = g * size; e < (g + 1) * size; ++e) {
+        const float v = w.b[e];
+        if (ranks_before(v, e, v1, i1)) {
+          v2 = v1;
+          i2 = i1;
+          v1 = v;
+          i1 = e;
+        } else if (ranks_before(v, e, v2, i2)) {
+          v2 = v;
+          i2 = e;
+        }
+      }
+      // sigmoid: sum of the two best (the one, for groups of one); softmax: the best.
+      w.c[g] = (Scores::kSigmoid && i2 != kNone) ? __fadd_rn(v1, v2) : v1;
+    }
+    __syncwarp();
+    u32 unused;
+    const u32 kept = select_best(w.c, g_n, p.topk_group, w.lane, unused);
+    __syncwarp();
+    for (u32 g = w.lane, j = 0; g < g_n; g += 32, ++j) w.c[g] = ((kept >> j) & 1u) ? 1.f : 0.f;
+    __syncwarp();
+    for (u32 e = w.lane; e < w.n; e += 32)
+      if (w.c[e / size] == 0.f) w.b[e] = 0.f;
+    __syncwarp();
+  }
+
+  static __device__ void run(const RouteParams& p, const Warp& w, u32& id, float& wt) {
+    Scores::scores(w);
+    for (u32 e = w.lane; e < w.n; e += 32) w.b[e] = p.vec ? __fadd_rn(w.a[e], p.vec[e]) : w.a[e];
+    __syncwarp();
+    if (p.n_group > 1 && p.topk_group < p.n_group) mask_groups(p, w);
+    select_best(w.b, w.n, w.k, w.lane, id);
+    wt = w.lane < w.k ? w.a[id] : 0.f;
+    if (p.norm_topk_prob && w.k > 1) wt = renormalise(wt, w.k);
+    wt = __fmul_rn(wt, p.routed_scaling_factor);
+  }
+};
+
+}  // namespace route
+
+}  // namespace moekit

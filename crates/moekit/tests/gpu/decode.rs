@@ -1,0 +1,265 @@
+//! The fused decode path (`cuda::ops::decode`, three launches) against the
+//! CPU and the general CUDA path, plus its determinism and batch invariance.
+
+use crate::common::*;
+use moekit::format::random::random_weights;
+use moekit::moe::{MoeBlock, MoeBlockParts, MoePath, SharedExpert};
+use moekit::ops::act::GateUp;
+use moekit::ops::route::{RouterConfig, RouterKind, Scoring};
+use moekit::{Backend, DType, Device, Tensor, WeightFormat};
+
+fn rules(e: usize) -> Vec<RouterKind> {
+    let scale: Vec<f32> = (0..e).map(|i| 0.5 + (i % 7) as f32 * 0.1).collect();
+    let bias: Vec<f32> = (0..e).map(|i| ((i * 37) % 11) as f32 * 0.01).collect();
+    vec![
+        RouterKind::SoftmaxTopK {
+            norm_topk_prob: true,
+        },
+        RouterKind::SoftmaxTopK {
+            norm_topk_prob: false,
+        },
+        RouterKind::TopKSoftmax,
+        RouterKind::Gemma4 {
+            per_expert_scale: scale,
+        },
+        RouterKind::Grouped {
+            scoring: Scoring::Sigmoid,
+            bias: Some(bias),
+            n_group: 4,
+            topk_group: 2,
+            norm_topk_prob: true,
+            routed_scaling_factor: 2.5,
+        },
+        RouterKind::Grouped {
+            scoring: Scoring::Softmax,
+            bias: None,
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: false,
+            routed_scaling_factor: 1.0,
+        },
+    ]
+}
+
+struct Shape {
+    e: usize,
+    k: usize,
+    h: usize,
+    i: usize,
+    si: usize,
+    fused: bool,
+    gated: bool,
+}
+
+fn block(f: WeightFormat, s: &Shape, kind: RouterKind) -> MoeBlock {
+    let rw = |fmt, n, r, c, seed| random_weights(fmt, n, r, c, DType::Bf16, seed, &|| {}).unwrap();
+    let gu = |n, i, seed| {
+        if s.fused {
+            GateUp::fused(rw(f, n, 2 * i, s.h, seed)).unwrap()
+        } else {
+            GateUp::separate(rw(f, n, i, s.h, seed), rw(f, n, i, s.h, seed + 1)).unwrap()
+        }
+    };
+    let router = WeightFormat::Dense(DType::F32);
+    MoeBlock::new(MoeBlockParts {
+        router: RouterConfig {
+            kind,
+            n_experts: s.e,
+            top_k: s.k,
+        },
+        router_weight: rw(router, 1, s.e, s.h, 1),
+        gate_up: gu(s.e, s.i, 2),
+        down: rw(f, s.e, s.h, s.i, 4),
+        shared: (s.si > 0).then(|| SharedExpert {
+            gate_up: gu(1, s.si, 5),
+            down: rw(f, 1, s.h, s.si, 7),
+            gate: s.gated.then(|| rw(router, 1, 1, s.h, 8)),
+        }),
+    })
+    .unwrap()
+}
+
+fn run(b: &MoeBlock, path: MoePath, x: &Tensor) -> Vec<f32> {
+    host_f32(
+        &b.forward_with(Backend::Cuda, path, &x.to_device(gpu()).unwrap())
+            .unwrap()
+            .out,
+    )
+}
+
+#[test]
+fn decode_matches_cpu_for_every_format() {
+    let s = Shape {
+        e: 32,
+        k: 4,
+        h: 512,
+        i: 256,
+        si: 256,
+        fused: false,
+        gated: true,
+    };
+    for f in WeightFormat::all() {
+        let cpu = block(
+            f,
+            &s,
+            RouterKind::SoftmaxTopK {
+                norm_topk_prob: true,
+            },
+        );
+        let dev = cpu.to_device(gpu()).unwrap();
+        for t in [1, 3, 64] {
+            for dt in [DType::F32, DType::Bf16] {
+                let x = random(&[t, s.h], dt, t as u64 + 10);
+                let want = cpu
+                    .forward_on(Backend::CpuFast, &x)
+                    .unwrap()
+                    .out
+                    .to_f32_vec()
+                    .unwrap();
+                let e = nmse(&run(&dev, MoePath::Decode, &x), &want);
+                let b = if dt == DType::F32 { 1e-9 } else { 1e-3 };
+                assert!(e <= b, "{f} T={t} {dt}: NMSE {e:e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_matches_cpu_for_every_rule_and_layout() {
+    for (fused, si, gated) in [(false, 0, false), (true, 512, false), (true, 256, true)] {
+        let s = Shape {
+            e: 64,
+            k: 6,
+            h: 256,
+            i: 256,
+            si,
+            fused,
+            gated,
+        };
+        for kind in rules(s.e) {
+            let cpu = block(WeightFormat::parse("q4_k").unwrap(), &s, kind.clone());
+            let dev = cpu.to_device(gpu()).unwrap();
+            for t in [1, 2, 7, 33, 64] {
+                let x = random(&[t, s.h], DType::F32, t as u64);
+                let trace = cpu.forward_on(Backend::CpuFast, &x).unwrap();
+                let got = dev
+                    .forward_with(Backend::Cuda, MoePath::Decode, &x.to_device(gpu()).unwrap())
+                    .unwrap();
+                let e = nmse(&host_f32(&got.out), &trace.out.to_f32_vec().unwrap());
+                assert!(
+                    e <= 1e-9,
+                    "{kind:?} fused={fused} shared={si} T={t}: NMSE {e:e}"
+                );
+                let ids = got.routing.ids.to_device(Device::Cpu).unwrap();
+                assert_eq!(
+                    ids.as_slice::<u32>().unwrap(),
+                    trace.routing.ids.as_slice::<u32>().unwrap(),
+                    "{kind:?} T={t}: expert ids"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_and_general_cuda_paths_agree() {
+    let s = Shape {
+        e: 128,
+        k: 8,
+        h: 2048,
+        i: 768,
+        si: 0,
+        fused: false,
+        gated: false,
+    };
+    for f in ["affine4", "q4_k", "q8_0", "bf16"] {
+        let b = block(
+            WeightFormat::parse(f).unwrap(),
+            &s,
+            RouterKind::SoftmaxTopK {
+                norm_topk_prob: true,
+            },
+        )
+        .to_device(gpu())
+        .unwrap();
+        for t in [1, 16, 64] {
+            let x = random(&[t, s.h], DType::Bf16, 3);
+            let e = nmse(
+                &run(&b, MoePath::Decode, &x),
+                &run(&b, MoePath::General, &x),
+            );
+            assert!(e <= 1e-4, "{f} T={t}: decode vs general NMSE {e:e}");
+        }
+    }
+}
+
+#[test]
+fn decode_is_deterministic_and_batch_invariant() {
+    let s = Shape {
+        e: 128,
+        k: 8,
+        h: 2048,
+        i: 768,
+        si: 512,
+        fused: false,
+        gated: true,
+    };
+    for f in ["affine4", "q4_k"] {
+        let b = block(
+            WeightFormat::parse(f).unwrap(),
+            &s,
+            RouterKind::SoftmaxTopK {
+                norm_topk_prob: true,
+            },
+        )
+        .to_device(gpu())
+        .unwrap();
+        let batch = random(&[64, s.h], DType::Bf16, 9);
+        let full = run(&b, MoePath::Decode, &batch);
+        for _ in 0..3 {
+            assert_eq!(
+                run(&b, MoePath::Decode, &batch),
+                full,
+                "{f}: repeated runs differ"
+            );
+        }
+        let rows = batch.to_f32_vec().unwrap();
+        for t in [0, 17, 63] {
+            let one =
+                Tensor::from_f32(&rows[t * s.h..(t + 1) * s.h], &[1, s.h], DType::Bf16).unwrap();
+            assert_eq!(
+                run(&b, MoePath::Decode, &one),
+                full[t * s.h..(t + 1) * s.h],
+                "{f}: token {t} alone differs from inside the batch"
+            );
+        }
+    }
+}
+
+#[test]
+fn decode_path_is_refused_where_it_does_not_apply() {
+    let s = Shape {
+        e: 8,
+        k: 2,
+        h: 256,
+        i: 64,
+        si: 0,
+        fused: false,
+        gated: false,
+    };
+    let b = block(
+        WeightFormat::parse("q8_0").unwrap(),
+        &s,
+        RouterKind::TopKSoftmax,
+    )
+    .to_device(gpu())
+    .unwrap();
+    let x = random(&[65, s.h], DType::F32, 1).to_device(gpu()).unwrap();
+    let e = b
+        .forward_with(Backend::Cuda, MoePath::Decode, &x)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("path"), "{e}");
+    // Auto falls back to the general path above 64 tokens.
+    assert_eq!(b.forward(&x).unwrap().shape(), &[65, s.h]);
+}
