@@ -156,13 +156,13 @@ fn build_block(
         n_experts: e,
         top_k: p.top_k,
     };
-    Ok(MoeBlock::new(MoeBlockParts {
+    MoeBlock::new(MoeBlockParts {
         router,
         router_weight,
         gate_up,
         down,
         shared,
-    })?)
+    })
 }
 
 fn parse_formats(names: &[String]) -> Result<Vec<WeightFormat>, AnyErr> {

@@ -367,11 +367,14 @@ impl QuantWeights {
             }
             WeightFormat::Ggml(t) => DecoderKind::Ggml(t, self.data.as_slice()?),
         };
-        Ok(RowDecoder {
+        let mut dec = RowDecoder {
             kind,
             rows: self.rows,
             cols: self.cols,
-        })
+            total_rows: 0,
+        };
+        dec.total_rows = dec.len_rows();
+        Ok(dec)
     }
 
     /// Dequantizes expert `e` into a row-major `[N, K]` f32 matrix.
@@ -415,6 +418,9 @@ pub struct RowDecoder<'a> {
     kind: DecoderKind<'a>,
     rows: usize,
     cols: usize,
+    /// Rows of all experts the views hold (computed once: the hot path
+    /// bounds-checks against it without a division).
+    total_rows: usize,
 }
 
 fn row_of<T>(v: &[T], row: usize, len: usize) -> &[T] {
@@ -495,7 +501,7 @@ impl<'a> RowDecoder<'a> {
         }
         let r = e * self.rows + n;
         let k = self.cols;
-        let nr = self.len_rows();
+        let nr = self.total_rows;
         if r >= nr {
             return Err(invalid(OP, "e", format!("< {}", nr / self.rows), e));
         }

@@ -7,7 +7,7 @@
 //! [`project`] is generic over the number of weight sources `P` so the fused
 //! gate+up+SwiGLU reuses the same engine with `P = 2`.
 
-use super::dot::{dot_row, XSums};
+use super::dot::{dot_rows, XSums};
 use crate::error::Result;
 use crate::format::RowDecoder;
 use crate::ops::gather_mm::{GatherMmArgs, Segment};
@@ -94,8 +94,20 @@ where
     };
     let threads = rayon::current_num_threads().max(1);
     // Enough items to balance the threads; a block's decoded rows stay ≤ 256 KiB.
-    let by_balance = (n_out * segments.len()).div_ceil(threads * 8).clamp(4, 64);
-    let by_cache = (65536 / (k * P).max(1)).max(4);
+    // Fused items decode nothing, so only balance bounds them: larger items,
+    // less scheduling per weight byte at decode. A fused item dots its
+    // block of weight rows once per activation row, so with several rows
+    // per segment the block stays small enough to be re-read from cache.
+    let all_fused = segments.iter().all(|s| strategy.fused_for(s.rows.len()));
+    let one_row = segments.iter().all(|s| s.rows.len() <= 1);
+    let (max_rows, by_cache) = match (all_fused, one_row) {
+        (true, true) => (256, usize::MAX),
+        (true, false) => (64, usize::MAX),
+        (false, _) => (64, (65536 / (k * P).max(1)).max(4)),
+    };
+    let by_balance = (n_out * segments.len())
+        .div_ceil(threads * 8)
+        .clamp(4, max_rows);
     let nb = by_balance.min(by_cache).min(n_out.max(1));
     let items: Vec<(usize, usize)> = (0..segments.len())
         .flat_map(|s| (0..n_out).step_by(nb).map(move |n0| (s, n0)))
@@ -106,24 +118,23 @@ where
             let seg = &segments[s];
             let nbh = nb.min(n_out - n0);
             if strategy.fused_for(seg.rows.len()) {
-                buf.resize(k, 0.0);
+                // buf: the decode fallback's row, then the P·nbh dots.
+                buf.resize(k + P * nbh, 0.0);
+                let (scratch, vals) = buf.split_at_mut(k);
                 let mut local = vec![0f32; seg.rows.len() * nbh];
-                for i in 0..nbh {
-                    for (ri, &r) in seg.rows.iter().enumerate() {
-                        let r = r as usize;
-                        let xr = &x[r * k..(r + 1) * k];
+                for (&r, lr) in seg.rows.iter().zip(local.chunks_exact_mut(nbh)) {
+                    let r = r as usize;
+                    let xr = &x[r * k..(r + 1) * k];
+                    for (src, vp) in sources.iter().zip(vals.chunks_exact_mut(nbh)) {
+                        let n = src.row_offset + n0;
+                        dot_rows(&src.dec, seg.expert, n, xr, &sums[r], scratch, vp)?;
+                    }
+                    for (i, o) in lr.iter_mut().enumerate() {
                         let mut v = [0f32; P];
-                        for (vp, src) in v.iter_mut().zip(&sources) {
-                            *vp = dot_row(
-                                &src.dec,
-                                seg.expert,
-                                src.row_offset + n0 + i,
-                                xr,
-                                &sums[r],
-                                buf,
-                            )?;
+                        for (p, vp) in v.iter_mut().enumerate() {
+                            *vp = vals[p * nbh + i];
                         }
-                        local[ri * nbh + i] = combine(v);
+                        *o = combine(v);
                     }
                 }
                 return Ok(local);

@@ -408,7 +408,7 @@ impl Block for BlockQ2_K {
 
 /// The 16 signed 6-bit scales of a Q3_K block (`sc − 32`).
 #[inline(always)]
-fn q3k_scales(s: &[u8; 12]) -> [i8; 16] {
+pub(crate) fn q3k_scales(s: &[u8; 12]) -> [i8; 16] {
     let mut out = [0i8; 16];
     for (j, o) in out.iter_mut().enumerate() {
         let low = if j < 8 { s[j] & 0x0F } else { s[j - 8] >> 4 };
@@ -447,7 +447,7 @@ impl Block for BlockQ3_K {
 
 /// The 8 (scale, min) pairs of Q4_K / Q5_K (`get_scale_min_k4`).
 #[inline(always)]
-fn scale_min_k4(q: &[u8; K_SCALE_SIZE]) -> [(u8, u8); 8] {
+pub(crate) fn scale_min_k4(q: &[u8; K_SCALE_SIZE]) -> [(u8, u8); 8] {
     let mut out = [(0u8, 0u8); 8];
     for (j, o) in out.iter_mut().enumerate() {
         *o = if j < 4 {

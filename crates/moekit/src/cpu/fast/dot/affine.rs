@@ -1,0 +1,207 @@
+//! Fused dot kernels of MLX packed affine rows: `Σ_g s_g·Σ q·x + b_g·Σx`.
+//!
+//! Monomorphized over the code width, the group size and the scale dtype, so
+//! the group loop has a constant trip count and reads its scale without a
+//! dtype match. Per group, the codes of each 32-weight pack (`BITS` words)
+//! are widened into 32 lanes and multiplied by `x` into a group accumulator,
+//! which is scaled into the row accumulator once per group; scales are
+//! widened 8 groups at a time. The bias term `Σ_g b_g·Σx_g` is a separate
+//! 8-lane dot with the group sums of `x` ([`XSums`]).
+
+use super::{arr, fma, fold_fma, lanes_sum, run, Acc, RowKernel, Run, Widen, XSums, A, L};
+use crate::format::{AffineParams, RawRow};
+use std::marker::PhantomData;
+
+/// The kernel run of affine rows with parameters `p` and scales in `S`
+/// (`None`: unsupported bits or group size).
+pub(super) fn run_for<S: Widen>(p: AffineParams) -> Option<Run> {
+    match p.bits {
+        2 => by_group::<2, S>(p.group_size),
+        3 => by_group::<3, S>(p.group_size),
+        4 => by_group::<4, S>(p.group_size),
+        5 => by_group::<5, S>(p.group_size),
+        6 => by_group::<6, S>(p.group_size),
+        8 => by_group::<8, S>(p.group_size),
+        _ => None,
+    }
+}
+
+fn by_group<const BITS: usize, S: Widen>(group_size: usize) -> Option<Run> {
+    match group_size {
+        32 => Some(run::<AffineRow<BITS, 32, S>>),
+        64 => Some(run::<AffineRow<BITS, 64, S>>),
+        128 => Some(run::<AffineRow<BITS, 128, S>>),
+        _ => None,
+    }
+}
+
+/// Affine rows of `BITS`-bit codes in groups of `GS` with scales in `S`.
+struct AffineRow<const BITS: usize, const GS: usize, S>(PhantomData<S>);
+
+impl<const BITS: usize, const GS: usize, S: Widen> RowKernel for AffineRow<BITS, GS, S> {
+    #[inline(always)]
+    fn dot(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32> {
+        let RawRow::Affine {
+            params,
+            words,
+            scales,
+            biases,
+        } = *raw
+        else {
+            return None;
+        };
+        if params.bits as usize != BITS || params.group_size != GS {
+            return None;
+        }
+        dot_row::<BITS, GS, S>(Row {
+            words,
+            scales: S::scale_row(scales)?,
+            biases: S::scale_row(biases)?,
+            x,
+            xs,
+        })
+    }
+}
+
+/// One stored row and its activations.
+struct Row<'a, S> {
+    words: &'a [u32],
+    scales: &'a [S],
+    biases: &'a [S],
+    x: &'a [f32],
+    xs: &'a XSums,
+}
+
+/// Word index and bit shift where code `j` (of a 32-code pack) starts, and the
+/// next word (for codes that straddle two words; the last word otherwise).
+const fn code_pos(bits: usize, j: usize) -> (usize, usize, u32) {
+    let bit = j * bits;
+    let w = bit / 32;
+    let next = if w + 1 < bits { w + 1 } else { w };
+    (w, next, (bit % 32) as u32)
+}
+
+/// The 32 codes of one pack of `BITS` words, widened to f32.
+#[inline(always)]
+fn codes<const BITS: usize>(w: &[u32; BITS]) -> [f32; L] {
+    let mask = (1u32 << BITS) - 1;
+    let mut q = [0f32; L];
+    if BITS == 8 {
+        // Whole bytes: one widening load per 8 codes.
+        let bytes: &[u8] = bytemuck::cast_slice(w);
+        for (q, &b) in q.iter_mut().zip(bytes) {
+            *q = f32::from(b);
+        }
+    } else if 32 % BITS == 0 {
+        // Codes never straddle a word: one variable shift per lane.
+        for (j, q) in q.iter_mut().enumerate() {
+            let (i, _, sh) = code_pos(BITS, j);
+            *q = ((w[i] >> sh) & mask) as f32;
+        }
+    } else {
+        // Low bits from word i, the rest from the next word shifted up by
+        // `32 − sh` (done as `<< 1 << (31 − sh)`, so it stays below 32 and is
+        // masked away when the code fits in word i).
+        for (j, q) in q.iter_mut().enumerate() {
+            let (i, n, sh) = code_pos(BITS, j);
+            let v = (w[i] >> sh) | ((w[n] << 1) << (31 - sh));
+            *q = (v & mask) as f32;
+        }
+    }
+    q
+}
+
+/// `Σ_g s_g·Σ_{k∈g} q_k·x_k + b_g·Σ_{k∈g} x_k` over the row.
+#[inline(never)]
+fn dot_row<const BITS: usize, const GS: usize, S: Widen>(r: Row<'_, S>) -> Option<f32> {
+    let groups = r.scales.len();
+    let xsum = r.xs.of(GS);
+    let ok = r.biases.len() == groups
+        && r.words.len() == groups * GS / 32 * BITS
+        && r.x.len() == groups * GS
+        && xsum.len() == groups;
+    if !ok {
+        return None;
+    }
+    let (acc, off) = groups_dot::<BITS, GS, S>(r.words, r.x, r.scales, r.biases, xsum);
+    Some(lanes_sum(acc) + off)
+}
+
+/// The groups of a row: `(lanes of Σ_g s_g·Σ q·x, Σ_g b_g·Σx_g)`.
+///
+/// Its own function with plain loops (no early exits) and the accumulator
+/// returned by value: with early exits in the loop, LLVM kept the
+/// accumulator in memory inside the hot loop. Runs of 8 groups widen their
+/// 8 scales with one F16C conversion (codes below 8 bits); the bias term is
+/// a separate 8-lane dot ([`bias_dot`]); the remaining groups widen their
+/// own scale.
+#[inline(never)]
+fn groups_dot<const BITS: usize, const GS: usize, S: Widen>(
+    words: &[u32],
+    x: &[f32],
+    scales: &[S],
+    biases: &[S],
+    xsum: &[f32],
+) -> (Acc, f32) {
+    let wpg = GS / 32 * BITS;
+    let mut acc: Acc = [0f32; A];
+    // Measured: 8-bit codes ran slower in 8-group runs (LLVM's schedule of
+    // the unrolled run spilled); they widen each group's scale instead.
+    let n_runs = if BITS < 8 { scales.len() / 8 } else { 0 };
+    let runs = words
+        .chunks_exact(8 * wpg)
+        .zip(x.chunks_exact(8 * GS))
+        .zip(scales.chunks_exact(8))
+        .take(n_runs);
+    let tail = runs.len() * 8;
+    for ((w8, x8), s8) in runs {
+        let mut sf = [0f32; 8];
+        S::widen_into(s8, &mut sf);
+        for ((gw, gx), &s) in w8.chunks_exact(wpg).zip(x8.chunks_exact(GS)).zip(&sf) {
+            group_fma::<BITS>(&mut acc, gw, gx, s);
+        }
+    }
+    let rest = words
+        .chunks_exact(wpg)
+        .zip(x.chunks_exact(GS))
+        .zip(scales)
+        .skip(tail);
+    for ((gw, gx), s) in rest {
+        group_fma::<BITS>(&mut acc, gw, gx, s.widen());
+    }
+    (acc, bias_dot(biases, xsum))
+}
+
+/// `acc += s·Σ q·x` over one group (packs of 32 codes in `BITS` words).
+#[inline(always)]
+fn group_fma<const BITS: usize>(acc: &mut Acc, words: &[u32], x: &[f32], s: f32) {
+    let mut t = [0f32; A];
+    for (w, xp) in words.chunks_exact(BITS).zip(x.chunks_exact(L)) {
+        if let (Some(w), Some(xp)) = (arr(w), arr(xp)) {
+            fold_fma(&mut t, &codes::<BITS>(w), xp);
+        }
+    }
+    for j in 0..A {
+        acc[j] = fma(s, t[j], acc[j]);
+    }
+}
+
+/// `Σ_g b_g·xsum_g`, 8 groups at a time (one F16C conversion per 8 biases).
+#[inline(always)]
+fn bias_dot<S: Widen>(biases: &[S], xsum: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (b8, x8) = (biases.chunks_exact(8), xsum.chunks_exact(8));
+    let tail: f32 = b8
+        .remainder()
+        .iter()
+        .zip(x8.remainder())
+        .fold(0.0, |a, (b, &x)| fma(b.widen(), x, a));
+    for (b, x) in b8.zip(x8) {
+        let mut bf = [0f32; 8];
+        S::widen_into(b, &mut bf);
+        for j in 0..8 {
+            acc[j] = fma(bf[j], x[j], acc[j]);
+        }
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}

@@ -1,0 +1,426 @@
+//! Fused dequantize-and-dot of one stored weight row with f32 activations.
+//!
+//! Used when an expert has only a few activation rows (decode), where
+//! dequantizing a row to memory first would cost more than the dot itself.
+//! Every format with a power-of-two code width, 3/5/6-bit affine and every
+//! GGUF type has a fused kernel ([`ggml`], [`affine`]): codes are widened to
+//! f32 in registers, multiplied by `x` and accumulated per block or group;
+//! the per-block scale is applied once per 32 products, and per-block offsets
+//! (Q4_1's min, the K-quants' mins, affine biases) once per block through the
+//! block sums of `x` ([`XSums`], computed once per activation row).
+//!
+//! The kernels are plain Rust over fixed-size lane arrays (32 codes, 16
+//! accumulator lanes) that LLVM vectorizes: fixed-size block views remove every
+//! bounds check, and [`fma`] maps to `vfmadd` when the build has FMA.
+//! Formats without a fused kernel (mlx-native u8 codes, rows whose bytes are
+//! not 2-aligned) decode into a scratch row and use
+//! [`dot`](super::gather_mm::dot).
+
+mod affine;
+mod ggml;
+mod kquant;
+mod legacy;
+
+use super::gather_mm::dot;
+use crate::error::Result;
+use crate::format::{RawRow, RowDecoder, ScaleRow};
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use std::marker::PhantomData;
+
+/// Codes a kernel widens at a time: four 8-wide AVX2 registers.
+const L: usize = 32;
+
+/// Lanes of the accumulators: two AVX2 registers, one per 16-weight half of
+/// a 32-code pack (so 16-weight groups keep separate scales without extra
+/// work), each updated once per pack.
+const A: usize = 16;
+
+/// Accumulator lanes.
+type Acc = [f32; A];
+
+/// `a·b + c`, fused when the build has FMA (one rounding), else multiply-add.
+#[inline(always)]
+fn fma(a: f32, b: f32, c: f32) -> f32 {
+    if cfg!(target_feature = "fma") {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// `acc += lo·Σ_{j<16} q[j]·x[j] + hi·Σ_{j≥16} q[j]·x[j]`, lane-wise: each
+/// half's two 8-lane products are summed first, then scaled into its own
+/// accumulator register (pass the same scale twice for a 32-weight group).
+#[inline(always)]
+fn scaled_fma(acc: &mut Acc, lo: f32, hi: f32, q: &[f32; L], x: &[f32; L]) {
+    for j in 0..8 {
+        acc[j] = fma(lo, fma(q[8 + j], x[8 + j], q[j] * x[j]), acc[j]);
+        acc[8 + j] = fma(
+            hi,
+            fma(q[24 + j], x[24 + j], q[16 + j] * x[16 + j]),
+            acc[8 + j],
+        );
+    }
+}
+
+/// `t += q·x` folded to 16 lanes (an unscaled group accumulator).
+#[inline(always)]
+fn fold_fma(t: &mut Acc, q: &[f32; L], x: &[f32; L]) {
+    for j in 0..A {
+        t[j] = fma(q[A + j], x[A + j], fma(q[j], x[j], t[j]));
+    }
+}
+
+/// Sum of the lanes: the two registers, then halves.
+///
+/// Kept out of line and taking the lanes by value: the kernels then store
+/// their accumulator registers once, after the loop. Inlined (or given the
+/// accumulator's address), LLVM split the accumulators into scalars or kept
+/// them in memory inside the hot loop.
+#[inline(never)]
+fn lanes_sum(acc: Acc) -> f32 {
+    let mut a = acc;
+    for j in 0..8 {
+        a[j] += a[8 + j];
+    }
+    for j in 0..4 {
+        a[j] += a[4 + j];
+    }
+    (a[0] + a[2]) + (a[1] + a[3])
+}
+
+/// f16 → f32 (exact, every bit pattern) in integer arithmetic.
+///
+/// `half`'s F16C path inserts the 16 bits into an otherwise undefined vector
+/// register, which LLVM may pick from a live accumulator: a false dependency
+/// that chains every block's scale conversion to the previous block's
+/// multiply-adds. Here: rebias the exponent; subnormals are renormalized by
+/// one subtraction of normal floats (no subnormal arithmetic); Inf/NaN get
+/// exponent 255 and keep their payload (Giesen's `half_to_float`).
+///
+/// `branchless` selects with masks instead of branches: for K-quant scales,
+/// which are often subnormal f16; per-block scales of the 32-weight formats
+/// are practically always normal, where a predicted branch costs less.
+#[inline(always)]
+fn f16_to_f32(h: f16, branchless: bool) -> f32 {
+    let h = u32::from(h.to_bits());
+    let em = (h & 0x7fff) << 13;
+    let exp = em & 0x0f80_0000;
+    let sign = (h & 0x8000) << 16;
+    // Normal: exponent + (127 − 15).
+    let o = em + 0x3800_0000;
+    // Subnormal: 2⁻¹⁴·(1 + m/1024) − 2⁻¹⁴, exact.
+    let sub = || (f32::from_bits(o + 0x0080_0000) - f32::from_bits(0x3880_0000)).to_bits();
+    // Inf/NaN: exponent 255.
+    let inf_nan = o + 0x3800_0000;
+    let bits = if branchless {
+        let is_sub = u32::from(exp == 0).wrapping_neg();
+        let is_inf = u32::from(exp == 0x0f80_0000).wrapping_neg();
+        (sub() & is_sub) | (inf_nan & is_inf) | (o & !(is_sub | is_inf))
+    } else if exp == 0 {
+        sub()
+    } else if exp == 0x0f80_0000 {
+        inf_nan
+    } else {
+        o
+    };
+    f32::from_bits(bits | sign)
+}
+
+/// A stored scale or bias dtype, widened without `half`'s F16C call (see
+/// [`f16_to_f32`]).
+trait Widen: Copy {
+    /// The value as f32 (exact).
+    fn widen(self) -> f32;
+
+    /// A dense row stored in this dtype.
+    fn dense_row(raw: RawRow<'_>) -> Option<&[Self]>;
+
+    /// Affine scales or biases stored in this dtype.
+    fn scale_row(row: ScaleRow<'_>) -> Option<&[Self]>;
+
+    /// `dst[i] = src[i]` widened, for equal lengths (else nothing).
+    #[inline(always)]
+    fn widen_into(src: &[Self], dst: &mut [f32]) {
+        if src.len() == dst.len() {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = s.widen();
+            }
+        }
+    }
+}
+
+impl Widen for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn dense_row(raw: RawRow<'_>) -> Option<&[Self]> {
+        match raw {
+            RawRow::F32(w) => Some(w),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn scale_row(row: ScaleRow<'_>) -> Option<&[Self]> {
+        match row {
+            ScaleRow::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl Widen for f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f16_to_f32(self, false)
+    }
+    #[inline(always)]
+    fn dense_row(raw: RawRow<'_>) -> Option<&[Self]> {
+        match raw {
+            RawRow::F16(w) => Some(w),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn scale_row(row: ScaleRow<'_>) -> Option<&[Self]> {
+        match row {
+            ScaleRow::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Whole registers at a time with F16C (`vcvtph2ps` from memory), the
+    /// tail (< 8) one by one with scalar F16C: `half` pads a tail through a
+    /// stack buffer, and reading that back stalls store-to-load forwarding.
+    #[inline(always)]
+    fn widen_into(src: &[Self], dst: &mut [f32]) {
+        if src.len() == dst.len() {
+            let n8 = src.len() & !7;
+            let (s8, st) = src.split_at(n8);
+            let (d8, dt) = dst.split_at_mut(n8);
+            s8.convert_to_f32_slice(d8);
+            for (d, &s) in dt.iter_mut().zip(st) {
+                *d = s.to_f32();
+            }
+        }
+    }
+}
+
+impl Widen for bf16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f32::from_bits(u32::from(self.to_bits()) << 16)
+    }
+    #[inline(always)]
+    fn dense_row(raw: RawRow<'_>) -> Option<&[Self]> {
+        match raw {
+            RawRow::Bf16(w) => Some(w),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn scale_row(row: ScaleRow<'_>) -> Option<&[Self]> {
+        match row {
+            ScaleRow::Bf16(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A fixed-size view of a slice (`None` if the length differs; in the kernels
+/// lengths come from `chunks_exact`, so the check compiles away).
+#[inline(always)]
+fn arr<T, const N: usize>(s: &[T]) -> Option<&[T; N]> {
+    s.try_into().ok()
+}
+
+/// Sums of one activation row over consecutive blocks of 16, 32, 64 and 128
+/// (a shorter tail block is summed as is).
+pub struct XSums {
+    /// Sums over blocks of 16, 32, 64, 128.
+    by_size: [Vec<f32>; 4],
+}
+
+impl XSums {
+    /// Block sums of one activation row.
+    pub fn new(x: &[f32]) -> XSums {
+        let s16: Vec<f32> = x.chunks(16).map(|c| c.iter().sum()).collect();
+        let pairs = |v: &[f32]| -> Vec<f32> { v.chunks(2).map(|c| c.iter().sum()).collect() };
+        let s32 = pairs(&s16);
+        let s64 = pairs(&s32);
+        let s128 = pairs(&s64);
+        XSums {
+            by_size: [s16, s32, s64, s128],
+        }
+    }
+
+    /// The sums over blocks of `size` (16, 32, 64 or 128; empty otherwise).
+    #[inline]
+    fn of(&self, size: usize) -> &[f32] {
+        let i = match size {
+            16 => 0,
+            32 => 1,
+            64 => 2,
+            128 => 3,
+            _ => return &[],
+        };
+        self.by_size.get(i).map_or(&[], |v| v.as_slice())
+    }
+}
+
+/// A fused kernel for one stored-row format.
+trait RowKernel {
+    /// `Σ_i w[i]·x[i]` of one stored row given the block sums of `x`;
+    /// `None` if the row is not of this kernel's format or the lengths
+    /// disagree (then the caller decodes and dots).
+    fn dot(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32>;
+}
+
+/// Computes a run of rows with one kernel: the arguments of [`dot_rows`].
+type Run = fn(&RowDecoder<'_>, usize, usize, &[f32], &XSums, &mut [f32], &mut [f32]) -> Result<()>;
+
+/// [`dot_rows`] with kernel `K`, monomorphized so that each row's
+/// [`RawRow`] is read in place (a row passed by value through a function
+/// pointer was copied with overlapping stores and loads, stalling every row).
+fn run<K: RowKernel>(
+    dec: &RowDecoder<'_>,
+    e: usize,
+    n0: usize,
+    x: &[f32],
+    xs: &XSums,
+    scratch: &mut [f32],
+    out: &mut [f32],
+) -> Result<()> {
+    for (n, o) in (n0..).zip(out.iter_mut()) {
+        let raw = dec.raw_row(e, n)?;
+        *o = match K::dot(&raw, x, xs) {
+            Some(v) => v,
+            None => {
+                dec.decode(e, n, scratch)?;
+                dot(scratch, x)
+            }
+        };
+    }
+    Ok(())
+}
+
+/// Formats without a fused kernel: decode each row, then dot.
+struct Decode;
+
+impl RowKernel for Decode {
+    #[inline(always)]
+    fn dot(_: &RawRow<'_>, _: &[f32], _: &XSums) -> Option<f32> {
+        None
+    }
+}
+
+/// The kernel run for rows stored like `raw`.
+fn run_for(raw: &RawRow<'_>) -> Run {
+    let fused = match raw {
+        RawRow::F32(_) => Some(run::<Dense<f32>> as Run),
+        RawRow::F16(_) => Some(run::<Dense<f16>> as Run),
+        RawRow::Bf16(_) => Some(run::<Dense<bf16>> as Run),
+        RawRow::Ggml(t, _) => Some(ggml::run_for(*t)),
+        RawRow::Affine { params, scales, .. } => match scales {
+            ScaleRow::F32(_) => affine::run_for::<f32>(*params),
+            ScaleRow::F16(_) => affine::run_for::<f16>(*params),
+            ScaleRow::Bf16(_) => affine::run_for::<bf16>(*params),
+        },
+        RawRow::AffineU8 { .. } => None,
+    };
+    fused.unwrap_or(run::<Decode>)
+}
+
+/// Dense rows of `T`: widened 32 weights at a time.
+struct Dense<T>(PhantomData<T>);
+
+impl<T: Widen> RowKernel for Dense<T> {
+    #[inline(always)]
+    fn dot(raw: &RawRow<'_>, x: &[f32], _: &XSums) -> Option<f32> {
+        dense(T::dense_row(*raw)?, x)
+    }
+}
+
+/// `Σ_i w[i]·x[i]` for a dense row (`None` if the lengths differ).
+#[inline(never)]
+fn dense<T: Widen>(w: &[T], x: &[f32]) -> Option<f32> {
+    if w.len() != x.len() {
+        return None;
+    }
+    let mut acc = [0f32; A];
+    let (cw, cx) = (w.chunks_exact(L), x.chunks_exact(L));
+    let tail: f32 = cw
+        .remainder()
+        .iter()
+        .zip(cx.remainder())
+        .map(|(a, b)| a.widen() * b)
+        .sum();
+    for (a, b) in cw.zip(cx) {
+        let mut q = [0f32; L];
+        T::widen_into(a, &mut q);
+        fold_fma(&mut acc, &q, arr(b)?);
+    }
+    Some(lanes_sum(acc) + tail)
+}
+
+/// `Σ_k W[e, n, k]·x[k]` from the stored row; `xs` are the block sums of `x`
+/// and `scratch` (len K) is used by formats without a fused kernel.
+pub fn dot_row(
+    dec: &RowDecoder<'_>,
+    e: usize,
+    n: usize,
+    x: &[f32],
+    xs: &XSums,
+    scratch: &mut [f32],
+) -> Result<f32> {
+    let mut out = [0f32];
+    dot_rows(dec, e, n, x, xs, scratch, &mut out)?;
+    Ok(out[0])
+}
+
+/// `out[i] = Σ_k W[e, n0 + i, k]·x[k]` for every `i < out.len()`: [`dot_row`]
+/// for a run of rows, choosing the kernel once.
+pub fn dot_rows(
+    dec: &RowDecoder<'_>,
+    e: usize,
+    n0: usize,
+    x: &[f32],
+    xs: &XSums,
+    scratch: &mut [f32],
+    out: &mut [f32],
+) -> Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    run_for(&dec.raw_row(e, n0)?)(dec, e, n0, x, xs, scratch, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_to_f32_matches_half_for_every_bit_pattern() {
+        for branchless in [false, true] {
+            for b in 0..=u16::MAX {
+                let h = f16::from_bits(b);
+                let (got, want) = (f16_to_f32(h, branchless), h.to_f32());
+                // F16C quiets signaling NaNs; any NaN for a NaN is fine.
+                let same = got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
+                assert!(same, "{b:#06x} ({branchless}): {got:e} vs {want:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_widen_is_exact() {
+        for b in (0..=u16::MAX).step_by(7) {
+            let h = bf16::from_bits(b);
+            let (got, want) = (h.widen(), h.to_f32());
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()));
+        }
+    }
+}
