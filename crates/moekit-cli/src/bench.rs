@@ -78,6 +78,9 @@ struct Report {
 
 type AnyErr = Box<dyn std::error::Error>;
 
+/// Distinct inputs each case cycles through (see the loop in [`run`]).
+const INPUTS: usize = 16;
+
 /// Median of the timings of `f` in seconds: warm-up, then ≥ 5 runs and ≥ `min_time`.
 fn time_median(
     min_time: f64,
@@ -95,20 +98,28 @@ fn time_median(
     Ok((times[times.len() / 2], times.len()))
 }
 
-/// Read bandwidth of host memory in GB/s: a parallel sum over a 1 GiB buffer, median of 7.
+/// Read bandwidth of host memory in GB/s: a parallel sum over a 1 GiB
+/// buffer, each task reading 4 interleaved streams (as a GEMV reads several
+/// weight rows at once, which the hardware prefetchers serve faster than one
+/// stream); median of 7.
 fn measure_read_bandwidth() -> Result<f64, AnyErr> {
+    const STREAMS: usize = 4;
     let words = vec![1u64; (1usize << 30) / 8];
     let (t, _) = time_median(0.0, || {
         let s: u64 = words
-            .par_chunks(1 << 16)
+            .par_chunks(1 << 18)
             .map(|c| {
-                let mut acc = [0u64; 8];
-                for w in c.chunks_exact(8) {
-                    for i in 0..8 {
-                        acc[i] = acc[i].wrapping_add(w[i]);
+                let q = c.len() / STREAMS;
+                let mut acc = [[0u64; 8]; STREAMS];
+                for i in (0..q - q % 8).step_by(8) {
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        let w = &c[j * q + i..j * q + i + 8];
+                        for l in 0..8 {
+                            a[l] = a[l].wrapping_add(w[l]);
+                        }
                     }
                 }
-                acc.iter().fold(0u64, |a, &b| a.wrapping_add(b))
+                acc.iter().flatten().fold(0u64, |a, &b| a.wrapping_add(b))
             })
             .sum();
         black_box(s);
@@ -251,38 +262,64 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         };
         bar.finish_and_clear();
         for &t in &a.tokens {
+            // INPUTS different inputs, used in turn: successive calls pick
+            // different experts, as successive decode steps do, so weights are
+            // read from memory rather than from a cache that still holds the
+            // previous call's experts.
             let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed ^ t as u64);
-            let xv: Vec<f32> = (0..t * preset.hidden)
-                .map(|_| rng.random::<f32>() * 2.0 - 1.0)
-                .collect();
-            let x = Tensor::from_f32(&xv, &[t, preset.hidden], dtype)?.to_device(device)?;
-            let trace = block.forward_on(backend, &x)?;
-            let bytes = block.weight_bytes_touched(&trace.routing)?;
+            let mut xs = Vec::with_capacity(INPUTS);
+            let mut bytes = 0usize;
+            for _ in 0..INPUTS {
+                let xv: Vec<f32> = (0..t * preset.hidden)
+                    .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+                    .collect();
+                let x = Tensor::from_f32(&xv, &[t, preset.hidden], dtype)?.to_device(device)?;
+                let trace = block.forward_on(backend, &x)?;
+                bytes += block.weight_bytes_touched(&trace.routing)?;
+                xs.push(x);
+            }
+            let bytes = bytes / INPUTS;
+            let next = std::cell::Cell::new(0usize);
+            let x_next = || {
+                let i = next.get();
+                next.set(i + 1);
+                &xs[i % INPUTS]
+            };
             let (secs, repeats) = match &cuda {
                 Some(dev) => {
-                    let reps = 50;
+                    let reps = 5 * INPUTS;
                     let ms = moekit::cuda::ops::bench::time_ms(dev, reps, || {
-                        block.forward_on(backend, &x).map(drop)
+                        block.forward_on(backend, x_next()).map(drop)
                     })?;
                     (ms * 1e-3, reps)
                 }
                 None => time_median(a.min_time, || {
-                    black_box(block.forward_on(backend, &x)?);
+                    black_box(block.forward_on(backend, x_next())?);
                     Ok(())
                 })?,
             };
             let (graph_ms, launches) = match &cuda {
                 Some(dev) => {
-                    let mut out = Tensor::zeros_on(dtype, &[t, preset.hidden], device)?;
-                    let step = |out: &mut Tensor| -> moekit::Result<()> {
-                        out.copy_from(&block.forward_on(backend, &x)?.out)
-                    };
-                    let before = moekit::cuda::ops::launch_count();
-                    step(&mut out)?;
-                    let launches = moekit::cuda::ops::launch_count() - before;
-                    dev.synchronize()?;
-                    let graph = moekit::cuda::graph::capture(dev, || step(&mut out))?;
-                    let ms = moekit::cuda::ops::bench::time_ms(dev, 100, || graph.replay())?;
+                    let mut outs = Vec::with_capacity(INPUTS);
+                    let mut launches = 0;
+                    for x in &xs {
+                        let mut out = Tensor::zeros_on(dtype, &[t, preset.hidden], device)?;
+                        let step = |out: &mut Tensor| -> moekit::Result<()> {
+                            out.copy_from(&block.forward_on(backend, x)?.out)
+                        };
+                        let before = moekit::cuda::ops::launch_count();
+                        step(&mut out)?;
+                        launches = moekit::cuda::ops::launch_count() - before;
+                        dev.synchronize()?;
+                        let graph = moekit::cuda::graph::capture(dev, || step(&mut out))?;
+                        outs.push((graph, out));
+                    }
+                    let g = std::cell::Cell::new(0usize);
+                    let ms = moekit::cuda::ops::bench::time_ms(dev, 10 * INPUTS, || {
+                        let i = g.get();
+                        g.set(i + 1);
+                        outs[i % INPUTS].0.replay()
+                    })?;
                     (Some(ms), Some(launches))
                 }
                 None => (None, None),
