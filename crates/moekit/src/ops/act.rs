@@ -126,7 +126,7 @@ impl GateUp {
     }
 
     /// The two weight sources (matrix, first row) of gate and up.
-    fn sources(&self) -> [(&QuantWeights, usize); 2] {
+    pub(crate) fn sources(&self) -> [(&QuantWeights, usize); 2] {
         match self {
             GateUp::Separate { gate, up } => [(gate, 0), (up, 0)],
             GateUp::Fused(w) => [(w, 0), (w, w.rows() / 2)],

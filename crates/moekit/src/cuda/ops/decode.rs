@@ -12,7 +12,6 @@ use crate::cuda::jit::Source;
 use crate::error::{ensure, Result};
 use crate::format::{QuantWeights, WeightFormat};
 use crate::moe::MoeBlock;
-use crate::ops::act::GateUp;
 use crate::ops::route::{RouterKind, Scoring};
 use crate::tensor::Tensor;
 use crate::DType;
@@ -107,14 +106,6 @@ fn ftype(w: &QuantWeights) -> Result<String> {
     format_type(w.format(), w.scales().map_or(DType::F32, |s| s.dtype()))
 }
 
-/// Gate, up (matrix, first row) of a GateUp.
-fn gate_up_parts(g: &GateUp) -> [(&QuantWeights, usize); 2] {
-    match g {
-        GateUp::Separate { gate, up } => [(gate, 0), (up, 0)],
-        GateUp::Fused(w) => [(w, 0), (w, w.rows() / 2)],
-    }
-}
-
 /// Dynamic shared memory of `decode_down`: partial sums of every slot per
 /// warp, the active experts' metadata and the slot list.
 fn down_smem(t: usize, k: usize, max_active: usize) -> usize {
@@ -139,9 +130,9 @@ pub fn supports(block: &MoeBlock, x: &Tensor) -> bool {
         return false;
     }
     let Ok(f) = ftype(&p.down) else { return false };
-    let mut experts: Vec<&QuantWeights> = gate_up_parts(&p.gate_up).iter().map(|x| x.0).collect();
+    let mut experts: Vec<&QuantWeights> = p.gate_up.sources().iter().map(|x| x.0).collect();
     if let Some(s) = &p.shared {
-        experts.extend(gate_up_parts(&s.gate_up).iter().map(|x| x.0));
+        experts.extend(s.gate_up.sources().iter().map(|x| x.0));
         experts.push(&s.down);
         if let Some(g) = &s.gate {
             if ftype(g).ok() != ftype(&p.router_weight).ok() {
@@ -258,11 +249,11 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
     );
     scratch.zero_range(offs[4], 4)?;
     let (vec, n_group, topk_group, norm, rsf) = rule_params(&dev, &p.router.kind)?;
-    let [(gw, go), (uw, uo)] = gate_up_parts(&p.gate_up);
+    let [(gw, go), (uw, uo)] = p.gate_up.sources();
     let none = DecodeW::default();
     let (sg, su, sd, sgate) = match &p.shared {
         Some(s) => {
-            let [(a, ao), (b, bo)] = gate_up_parts(&s.gate_up);
+            let [(a, ao), (b, bo)] = s.gate_up.sources();
             (
                 dw(a, ao)?,
                 dw(b, bo)?,
