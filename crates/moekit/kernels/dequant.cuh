@@ -8,7 +8,14 @@
 //   F::UNIT_W       weights of the storage unit that tiles a row ...
 //   F::UNIT_BYTES   ... and its bytes (row bytes = K / UNIT_W * UNIT_BYTES)
 //   F::Scale        type of the per-group scales/biases (affine), else void
-//   F::dequant(row, c, out)   weights c*CHUNK .. c*CHUNK+CHUNK of the row
+//   F::SUB          weights per sub-chunk sharing one scale and offset
+//   F::HAS_B        whether the offsets can be non-zero
+//   F::codes(row, c, q, a, b)  chunk c as codes q and, per sub-chunk s,
+//                   scale a[s] and offset b[s]: weight i = q[i]·a[i/SUB] + b[i/SUB]
+//   F::dequant(row, c, out)    weights c*CHUNK .. c*CHUNK+CHUNK of the row,
+//                   = fadd(fmul(q, a), b) (Codes<F>, one definition for all)
+// Kernels that dot many weights with the same x use the codes directly:
+// Σ w·x = Σ_s a[s]·Σ q·x + b[s]·Σ x, two fewer operations per weight.
 //
 // Decoders are bit-identical in f32 to the CPU dequantizers: they round each
 // product and sum exactly where the CPU does (`__fmul_rn`/`__fadd_rn`, which
@@ -19,6 +26,7 @@
 // 32-code pack) starts at a multiple of gcd(UNIT_BYTES, 16), and each field's
 // alignment is known at compile time (`align_at`), which picks the widest
 // load: 16-byte `uint4` where the layout allows, else 8, 4 or 2 bytes.
+// Loads are plain (not __ldg): decoders also read rows staged in shared memory.
 #pragma once
 #include "moekit/common.cuh"
 
@@ -103,30 +111,37 @@ __device__ __forceinline__ void load_words(const u8* src, u32 (&w)[N / 4]) {
     const uint4* s = reinterpret_cast<const uint4*>(src);
 #pragma unroll
     for (int i = 0; i < N / 16; ++i) {
-      const uint4 v = __ldg(s + i);
+      const uint4 v = s[i];
       w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
     }
   } else if constexpr (A % 8 == 0 && N % 8 == 0) {
     const uint2* s = reinterpret_cast<const uint2*>(src);
 #pragma unroll
     for (int i = 0; i < N / 8; ++i) {
-      const uint2 v = __ldg(s + i);
+      const uint2 v = s[i];
       w[2 * i] = v.x; w[2 * i + 1] = v.y;
     }
   } else if constexpr (A % 4 == 0) {
     const unsigned int* s = reinterpret_cast<const unsigned int*>(src);
 #pragma unroll
-    for (int i = 0; i < N / 4; ++i) w[i] = __ldg(s + i);
+    for (int i = 0; i < N / 4; ++i) w[i] = s[i];
   } else {
     static_assert(A % 2 == 0, "blocks are 2-byte aligned");
     const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
 #pragma unroll
-    for (int i = 0; i < N / 4; ++i) w[i] = (u32)__ldg(s + 2 * i) | ((u32)__ldg(s + 2 * i + 1) << 16);
+    for (int i = 0; i < N / 4; ++i) w[i] = (u32)s[2 * i] | ((u32)s[2 * i + 1] << 16);
   }
 }
 
 // The 2-byte value at `src` (2-aligned).
-__device__ __forceinline__ u32 load_u16(const void* src) { return __ldg(reinterpret_cast<const unsigned short*>(src)); }
+__device__ __forceinline__ u32 load_u16(const void* src) { return *reinterpret_cast<const unsigned short*>(src); }
+
+// The float of a small code q (< 2^23) minus `sub`, exact, without the slow
+// integer-to-float conversion: 2^23 + q is q's bits under the exponent of
+// 2^23, and one exact subtraction removes 2^23 + sub.
+__device__ __forceinline__ float code_f(u32 q, u32 sub) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | q), 8388608.f + (float)sub);
+}
 
 // Byte i (compile-time after unrolling) of a word array.
 template <int N>
@@ -169,16 +184,34 @@ template <> __device__ __forceinline__ float widen_bits<float>(u32 bits) { retur
 template <> __device__ __forceinline__ float widen_bits<__half>(u32 bits) { return half_bits_to_f32(bits); }
 template <> __device__ __forceinline__ float widen_bits<__nv_bfloat16>(u32 bits) { return __uint_as_float(bits << 16); }
 
+// The shared dequantization of every format: its codes, scaled and offset
+// per sub-chunk, rounded exactly as the CPU dequantizers round.
+template <typename F>
+struct Codes {
+  template <int CHUNK>
+  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+    constexpr int NSUB = CHUNK / F::SUB;
+    float q[CHUNK], a[NSUB], b[NSUB];
+    F::codes(r, c, q, a, b);
+#pragma unroll
+    for (int i = 0; i < CHUNK; ++i) out[i] = __fadd_rn(__fmul_rn(q[i], a[i / F::SUB]), b[i / F::SUB]);
+  }
+};
+
 // ---------------------------------------------------------------------------
 // Dense f32 / f16 / bf16: K is any length; rows are 16-byte loadable only
 // when K is a multiple of CHUNK, else read element by element.
 
 template <typename W>
-struct FmtDense {
+struct FmtDense : Codes<FmtDense<W>> {
   static constexpr int CHUNK = 16 / (int)sizeof(W);
   static constexpr int UNIT_W = 1, UNIT_BYTES = sizeof(W);
+  static constexpr int SUB = CHUNK;
+  static constexpr bool HAS_B = false;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[1], float (&kb)[1]) {
+    ka[0] = 1.f;
+    kb[0] = 0.f;
     const u32 k0 = c * CHUNK;
     if (r.k % CHUNK == 0) {
       u32 w[4];
@@ -201,80 +234,92 @@ struct FmtDense {
 // straddles groups.
 
 template <int BITS, typename S>
-struct FmtAffine {
+struct FmtAffine : Codes<FmtAffine<BITS, S>> {
   static_assert(BITS == 2 || BITS == 3 || BITS == 4 || BITS == 5 || BITS == 6 || BITS == 8, "affine bits");
   static constexpr int CHUNK = 32;
   static constexpr int UNIT_W = 32, UNIT_BYTES = 4 * BITS;
+  static constexpr int SUB = 32;
+  static constexpr bool HAS_B = true;
   typedef S Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[1], float (&kb)[1]) {
     u32 w[BITS];
     load_words<4 * BITS, align_at(UNIT_BYTES, 0)>(r.data + (u64)c * UNIT_BYTES, w);
     const u32 g = (c * 32) >> r.group_shift;
-    const float s = to_f32(reinterpret_cast<const S*>(r.scales)[g]);
-    const float b = to_f32(reinterpret_cast<const S*>(r.biases)[g]);
+    ka[0] = to_f32(reinterpret_cast<const S*>(r.scales)[g]);
+    kb[0] = to_f32(reinterpret_cast<const S*>(r.biases)[g]);
     constexpr u32 MASK = (1u << BITS) - 1;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       const int bit = j * BITS, i = bit >> 5, sh = bit & 31;
       u32 q = w[i] >> sh;
       if (sh + BITS > 32) q |= w[i + 1] << (32 - sh);
-      out[j] = __fadd_rn(__fmul_rn((float)(q & MASK), s), b);
+      out[j] = code_f(q & MASK, 0);
     }
   }
 };
 
 // mlx-native's unpacked affine: one u8 code per weight, f32 scales/biases.
-struct FmtAffineU8 {
+struct FmtAffineU8 : Codes<FmtAffineU8> {
   static constexpr int CHUNK = 32;
   static constexpr int UNIT_W = 32, UNIT_BYTES = 32;
+  static constexpr int SUB = 32;
+  static constexpr bool HAS_B = true;
   typedef float Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[1], float (&kb)[1]) {
     u32 w[8];
     load_words<32, 16>(r.data + (u64)c * 32, w);
     const u32 g = (c * 32) >> r.group_shift;
-    const float s = reinterpret_cast<const float*>(r.scales)[g];
-    const float b = reinterpret_cast<const float*>(r.biases)[g];
+    ka[0] = reinterpret_cast<const float*>(r.scales)[g];
+    kb[0] = reinterpret_cast<const float*>(r.biases)[g];
 #pragma unroll
-    for (int j = 0; j < 32; ++j) out[j] = __fadd_rn(__fmul_rn((float)byte_of(w, j), s), b);
+    for (int j = 0; j < 32; ++j) out[j] = code_f(byte_of(w, j), 0);
   }
 };
 
 // ---------------------------------------------------------------------------
 // GGUF 32-weight blocks: chunk c is block c.
 
-struct FmtQ4_0 {
+struct FmtQ4_0 : Codes<FmtQ4_0> {
   typedef block_q4_0 B;
   static constexpr int CHUNK = 32, UNIT_W = 32, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 32;
+  static constexpr bool HAS_B = false;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + c;
-    const float d = half_bits_to_f32(load_u16(&b->d));
+    ka[0] = half_bits_to_f32(load_u16(&b->d));
+    kb[0] = 0.f;
     u32 qs[4];
     load_words<16, align_at(UNIT_BYTES, Q4_0_QS)>(b->qs, qs);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const int q = (int)byte_of(qs, j);
-      out[j] = __fmul_rn((float)((q & 15) - 8), d);
-      out[j + 16] = __fmul_rn((float)((q >> 4) - 8), d);
+      out[j] = code_f(q & 15, 8);
+      out[j + 16] = code_f(q >> 4, 8);
     }
   }
 };
 
-struct FmtQ4_1 {
+struct FmtQ4_1 : Codes<FmtQ4_1> {
   typedef block_q4_1 B;
   static constexpr int CHUNK = 32, UNIT_W = 32, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 32;
+  static constexpr bool HAS_B = true;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + c;
     u32 dm[1], qs[4];
     load_words<4, align_at(UNIT_BYTES, Q4_1_D)>(reinterpret_cast<const u8*>(&b->d), dm);
     load_words<16, align_at(UNIT_BYTES, Q4_1_QS)>(b->qs, qs);
-    const float d = half_bits_to_f32(dm[0]), m = half_bits_to_f32(dm[0] >> 16);
+    ka[0] = half_bits_to_f32(dm[0]);
+    kb[0] = half_bits_to_f32(dm[0] >> 16);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const u32 q = byte_of(qs, j);
-      out[j] = __fadd_rn(__fmul_rn(d, (float)(q & 15)), m);
-      out[j + 16] = __fadd_rn(__fmul_rn(d, (float)(q >> 4)), m);
+      out[j] = code_f(q & 15, 0);
+      out[j + 16] = code_f(q >> 4, 0);
     }
   }
 };
@@ -286,48 +331,60 @@ __device__ __forceinline__ u32 five_bit_code(const u32 (&qs)[4], u32 qh, int j) 
   return nib | (((qh >> j) & 1u) << 4);
 }
 
-struct FmtQ5_0 {
+struct FmtQ5_0 : Codes<FmtQ5_0> {
   typedef block_q5_0 B;
   static constexpr int CHUNK = 32, UNIT_W = 32, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 32;
+  static constexpr bool HAS_B = false;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + c;
-    const float d = half_bits_to_f32(load_u16(&b->d));
+    ka[0] = half_bits_to_f32(load_u16(&b->d));
+    kb[0] = 0.f;
     u32 qh[1], qs[4];
     load_words<4, align_at(UNIT_BYTES, Q5_0_QH)>(b->qh, qh);
     load_words<16, align_at(UNIT_BYTES, Q5_0_QS)>(b->qs, qs);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) out[j] = __fmul_rn((float)((int)five_bit_code(qs, qh[0], j) - 16), d);
+    for (int j = 0; j < 32; ++j) out[j] = code_f(five_bit_code(qs, qh[0], j), 16);
   }
 };
 
-struct FmtQ5_1 {
+struct FmtQ5_1 : Codes<FmtQ5_1> {
   typedef block_q5_1 B;
   static constexpr int CHUNK = 32, UNIT_W = 32, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 32;
+  static constexpr bool HAS_B = true;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + c;
     u32 dm[1], qh[1], qs[4];
     load_words<4, align_at(UNIT_BYTES, Q5_1_D)>(reinterpret_cast<const u8*>(&b->d), dm);
     load_words<4, align_at(UNIT_BYTES, Q5_1_QH)>(b->qh, qh);
     load_words<16, align_at(UNIT_BYTES, Q5_1_QS)>(b->qs, qs);
-    const float d = half_bits_to_f32(dm[0]), m = half_bits_to_f32(dm[0] >> 16);
+    ka[0] = half_bits_to_f32(dm[0]);
+    kb[0] = half_bits_to_f32(dm[0] >> 16);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) out[j] = __fadd_rn(__fmul_rn(d, (float)five_bit_code(qs, qh[0], j)), m);
+    for (int j = 0; j < 32; ++j) out[j] = code_f(five_bit_code(qs, qh[0], j), 0);
   }
 };
 
-struct FmtQ8_0 {
+struct FmtQ8_0 : Codes<FmtQ8_0> {
   typedef block_q8_0 B;
   static constexpr int CHUNK = 32, UNIT_W = 32, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 32;
+  static constexpr bool HAS_B = false;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + c;
-    const float d = half_bits_to_f32(load_u16(&b->d));
+    ka[0] = half_bits_to_f32(load_u16(&b->d));
+    kb[0] = 0.f;
     u32 qs[8];
     load_words<32, align_at(UNIT_BYTES, Q8_0_QS)>(reinterpret_cast<const u8*>(b->qs), qs);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) out[j] = __fmul_rn((float)(i8)byte_of(qs, j), d);
+    for (int j = 0; j < 32; ++j) out[j] = code_f(byte_of(qs, j) ^ 0x80u, 128);  // (b ^ 0x80) − 128 = (i8)b
   }
 };
 
@@ -338,11 +395,14 @@ struct FmtQ8_0 {
 // Q2_K / Q3_K / Q6_K order weights 128h + 32s + l (half h, shift s, lane l);
 // their 16-weight groups are 8h + 2s + l/16. Chunk g of a super-block is (h, s) = (g/4, g%4).
 
-struct FmtQ2_K {
+struct FmtQ2_K : Codes<FmtQ2_K> {
   typedef block_q2_K B;
   static constexpr int CHUNK = 32, UNIT_W = QK_K, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 16;
+  static constexpr bool HAS_B = true;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + (c >> 3);
     const u32 g = c & 7, h = g >> 2, s = g & 3;
     u32 dd[1], qs[8];
@@ -353,19 +413,22 @@ struct FmtQ2_K {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const u32 sc = (sc2 >> (8 * half)) & 0xFFu;
-      const float dl = __fmul_rn(d, (float)(sc & 15)), ml = __fmul_rn(dmin, (float)(sc >> 4));
+      ka[half] = __fmul_rn(d, (float)(sc & 15));
+      kb[half] = -__fmul_rn(dmin, (float)(sc >> 4));
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const int l = 16 * half + i;
-        out[l] = __fsub_rn(__fmul_rn(dl, (float)((byte_of(qs, l) >> (2 * s)) & 3)), ml);
+        out[l] = code_f((byte_of(qs, l) >> (2 * s)) & 3, 0);
       }
     }
   }
 };
 
-struct FmtQ3_K {
+struct FmtQ3_K : Codes<FmtQ3_K> {
   typedef block_q3_K B;
   static constexpr int CHUNK = 32, UNIT_W = QK_K, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 16;
+  static constexpr bool HAS_B = false;
   typedef void Scale;
   // Signed 6-bit scale j of the 12 packed bytes (words sw): low 4 bits from
   // byte j (j < 8, low nibble) or j − 8 (high nibble), high 2 from byte 8 + j%4.
@@ -375,7 +438,8 @@ struct FmtQ3_K {
     const u32 high = (byte(8 + (j & 3)) >> (2 * (j >> 2))) & 3;
     return (int)(low | (high << 4)) - 32;
   }
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + (c >> 3);
     const u32 g = c & 7, h = g >> 2, s = g & 3;
     u32 hm[8], qs[8], sw[3];
@@ -385,12 +449,14 @@ struct FmtQ3_K {
     const float d = half_bits_to_f32(load_u16(&b->d));
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float dl = __fmul_rn(d, (float)scale(sw, 8 * h + 2 * s + half));
+      ka[half] = __fmul_rn(d, (float)scale(sw, 8 * h + 2 * s + half));
+      kb[half] = 0.f;
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const int l = 16 * half + i;
-        const int v = (int)((byte_of(qs, l) >> (2 * s)) & 3) - (((byte_of(hm, l) >> g) & 1) ? 0 : 4);
-        out[l] = __fmul_rn(dl, (float)v);
+        // v = low 2 bits − (high bit clear ? 4 : 0) = (low + 4·high) − 4
+        const u32 v = ((byte_of(qs, l) >> (2 * s)) & 3) | (((byte_of(hm, l) >> g) & 1) << 2);
+        out[l] = code_f(v, 4);
       }
     }
   }
@@ -422,32 +488,40 @@ __device__ __forceinline__ void k4_group(const B* b, u32 g, float& dl, float& ml
   ml = __fmul_rn(half_bits_to_f32(hdr[0] >> 16), (float)m);
 }
 
-struct FmtQ4_K {
+struct FmtQ4_K : Codes<FmtQ4_K> {
   typedef block_q4_K B;
   static constexpr int CHUNK = 32, UNIT_W = QK_K, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 32;
+  static constexpr bool HAS_B = true;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + (c >> 3);
     const u32 g = c & 7;
-    float dl, ml;
-    k4_group(b, g, dl, ml);
+    float ml;
+    k4_group(b, g, ka[0], ml);
+    kb[0] = -ml;
     u32 qs[8];
     load_words<32, align_at(UNIT_BYTES, Q4_K_QS)>(b->qs + 32 * (g >> 1), qs);
     const u32 shift = 4 * (g & 1);
 #pragma unroll
-    for (int l = 0; l < 32; ++l) out[l] = __fsub_rn(__fmul_rn(dl, (float)((byte_of(qs, l) >> shift) & 15)), ml);
+    for (int l = 0; l < 32; ++l) out[l] = code_f((byte_of(qs, l) >> shift) & 15, 0);
   }
 };
 
-struct FmtQ5_K {
+struct FmtQ5_K : Codes<FmtQ5_K> {
   typedef block_q5_K B;
   static constexpr int CHUNK = 32, UNIT_W = QK_K, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 32;
+  static constexpr bool HAS_B = true;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + (c >> 3);
     const u32 g = c & 7;
-    float dl, ml;
-    k4_group(b, g, dl, ml);
+    float ml;
+    k4_group(b, g, ka[0], ml);
+    kb[0] = -ml;
     u32 qh[8], qs[8];
     load_words<32, align_at(UNIT_BYTES, Q5_K_QH)>(b->qh, qh);
     load_words<32, align_at(UNIT_BYTES, Q5_K_QS)>(b->qs + 32 * (g >> 1), qs);
@@ -455,16 +529,19 @@ struct FmtQ5_K {
 #pragma unroll
     for (int l = 0; l < 32; ++l) {
       const u32 v = ((byte_of(qs, l) >> shift) & 15) | (((byte_of(qh, l) >> g) & 1) << 4);
-      out[l] = __fsub_rn(__fmul_rn(dl, (float)v), ml);
+      out[l] = code_f(v, 0);
     }
   }
 };
 
-struct FmtQ6_K {
+struct FmtQ6_K : Codes<FmtQ6_K> {
   typedef block_q6_K B;
   static constexpr int CHUNK = 32, UNIT_W = QK_K, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 16;
+  static constexpr bool HAS_B = false;
   typedef void Scale;
-  __device__ static __forceinline__ void dequant(const QRow& r, u32 c, float (&out)[CHUNK]) {
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + (c >> 3);
     const u32 g = c & 7, h = g >> 2, s = g & 3;
     u32 ql[8], qh[8];
@@ -476,12 +553,13 @@ struct FmtQ6_K {
     const u32 lshift = 4 * (s >> 1), hshift = 2 * s;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float dl = __fmul_rn(d, (float)(i8)((sc2 >> (8 * half)) & 0xFFu));
+      ka[half] = __fmul_rn(d, (float)(i8)((sc2 >> (8 * half)) & 0xFFu));
+      kb[half] = 0.f;
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const int l = 16 * half + i;
         const u32 q = ((byte_of(ql, l) >> lshift) & 15) | (((byte_of(qh, l) >> hshift) & 3) << 4);
-        out[l] = __fmul_rn(dl, (float)((int)q - 32));
+        out[l] = code_f(q, 32);
       }
     }
   }

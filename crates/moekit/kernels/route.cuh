@@ -50,46 +50,54 @@ __device__ __forceinline__ bool ranks_before(float a, u32 ia, float b, u32 ib) {
   return ia < ib;
 }
 
-// The best key of this lane's share (indices lane + 32 i, bit i of `taken`
-// clear), or kNone.
-__device__ __forceinline__ void lane_best(const float* key, u32 n, u32 lane, u32 taken, float& v, u32& i) {
-  v = 0.f;
-  i = kNone;
+// A 64-bit key whose unsigned order is `ranks_before`'s: the value's bits
+// made monotone (−0 as +0) above the inverted index (ties to the lower
+// index); every NaN ranks below every number, and 0 (no candidate) below all.
+__device__ __forceinline__ u64 rank_key(float v, u32 i) {
+  u32 o = 1u;  // NaN
+  if (!isnan(v)) {
+    const u32 b = v == 0.f ? 0u : __float_as_uint(v);
+    o = (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // ≥ 0x007FFFFF (−inf)
+  }
+  return ((u64)o << 32) | (u64)(0xFFFFFFFFu - i);
+}
+
+// The best key of this lane's share (indices lane + 32 j, bit j of `taken`
+// clear) and its j; key 0 when none.
+__device__ __forceinline__ u64 lane_best(const float* key, u32 n, u32 lane, u32 taken, u32& bj) {
+  u64 best = 0;
   for (u32 j = 0, e = lane; e < n; ++j, e += 32) {
-    if (!((taken >> j) & 1u) && ranks_before(key[e], e, v, i)) {
-      v = key[e];
-      i = e;
+    if ((taken >> j) & 1u) continue;
+    const u64 k = rank_key(key[e], e);
+    if (k > best) {
+      best = k;
+      bj = j;
     }
   }
+  return best;
 }
 
 // Selects the `count` best of key[0..n) (n ≤ 1024, count ≤ n) in rank order:
 // lane j < count receives the index of the j-th best in `nth` (kNone for the
 // others). Returns this lane's mask of selected keys (bit i: key lane + 32 i).
 // Every lane of the warp must call it; `key` must be visible to all lanes.
+// Each round is one 64-bit warp max (keys are unique: they hold the index).
 __device__ u32 select_best(const float* key, u32 n, u32 count, u32 lane, u32& nth) {
-  u32 taken = 0;
+  u32 taken = 0, bj = 0;
   nth = kNone;
-  float v;
-  u32 i;
-  lane_best(key, n, lane, taken, v, i);
+  u64 best = lane_best(key, n, lane, taken, bj);
   for (u32 j = 0; j < count; ++j) {
-    float bv = v;
-    u32 bi = i;
+    u64 m = best;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(kFull, bv, o);
-      const u32 oi = __shfl_xor_sync(kFull, bi, o);
-      if (ranks_before(ov, oi, bv, bi)) {
-        bv = ov;
-        bi = oi;
-      }
+      const u64 other = __shfl_xor_sync(kFull, m, o);
+      m = other > m ? other : m;
     }
-    // A strict total order: every lane holds the same winner now.
-    if (lane == j) nth = bi;
-    if (bi != kNone && (bi & 31u) == lane) {
-      taken |= 1u << (bi >> 5);
-      lane_best(key, n, lane, taken, v, i);
+    // 0 (no candidate) decodes to kNone.
+    if (lane == j) nth = 0xFFFFFFFFu - (u32)m;
+    if (m != 0 && best == m) {
+      taken |= 1u << bj;
+      best = lane_best(key, n, lane, taken, bj);
     }
   }
   return taken;
@@ -105,6 +113,8 @@ __device__ __forceinline__ float all_max(const float* buf, u32 n, u32 lane) {
 // 0 + buf[0] + buf[1] + … in index order (every lane computes it: broadcast reads).
 __device__ __forceinline__ float ordered_sum(const float* buf, u32 n) {
   float s = 0.f;
+  // Unrolled so the loads issue ahead of the (serial) additions.
+#pragma unroll 8
   for (u32 e = 0; e < n; ++e) s = __fadd_rn(s, buf[e]);
   return s;
 }

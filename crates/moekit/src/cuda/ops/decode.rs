@@ -26,8 +26,10 @@ static SRC: Source = Source {
 pub const MAX_TOKENS: usize = 64;
 /// Warps per block of every decode kernel (`DEC_WARPS`).
 const WARPS: usize = 8;
-/// Warps that route in the last block of `decode_route` (`ROUTE_WARPS`).
-const ROUTE_WARPS: usize = 4;
+/// Tiles in flight per `decode_down` block (2 · `DOWN_BATCH`).
+const DOWN_RING: usize = 16;
+/// Tokens whose x rows a `decode_gate_up` block stages at a time (`GU_TG`).
+const GU_TG: usize = 4;
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -78,9 +80,13 @@ struct DecodeParams {
     rsf: f32,
     act_stride: u32,
     max_active: u32,
+    route_warps: u32,
+    gu_rows: u32,
+    down_rows: u32,
+    down_room: u32,
     pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<DecodeParams>() == 480);
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 496);
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
 
@@ -106,27 +112,129 @@ fn ftype(w: &QuantWeights) -> Result<String> {
     format_type(w.format(), w.scales().map_or(DType::F32, |s| s.dtype()))
 }
 
-/// Dynamic shared memory of `decode_down`: partial sums of every slot per
-/// warp, the active experts' metadata and the slot list.
-fn down_smem(t: usize, k: usize, max_active: usize) -> usize {
-    (WARPS * (t * k + t) + 3 * (max_active + 1) + t * k) * 4
+/// Bytes of one row's packed weights and of its scales (0 without).
+fn row_sizes(w: &QuantWeights) -> (usize, usize) {
+    let rows = (w.n_experts() * w.rows()).max(1);
+    (
+        w.data().nbytes() / rows,
+        w.scales().map_or(0, |s| s.nbytes() / rows),
+    )
 }
 
-/// Shared memory a block may use without opting in.
-const SMEM_LIMIT: usize = 48 * 1024;
+/// Shared memory a staged range of `n` bytes takes (`stage_room`).
+fn stage_room(n: usize) -> usize {
+    (n + 30) & !15
+}
+
+/// Shared memory of a staged tile of `nr` rows (`tile_room`).
+fn tile_room(nr: usize, (rb, ab): (usize, usize)) -> usize {
+    stage_room(nr * rb) + if ab > 0 { 2 * stage_room(nr * ab) } else { 0 }
+}
+
+/// Staging budget of a `decode_gate_up` block (its gate and up tiles).
+const GU_BUDGET: usize = 80 * 1024;
+/// Staging budget of a `decode_down` block's two batches of tiles.
+const DOWN_BUDGET: usize = 64 * 1024;
+/// Most dynamic shared memory a decode block may take (fits sm_80 and sm_90).
+const SMEM_LIMIT: usize = 160 * 1024;
+
+/// Tile sizes of one call — the one place they are chosen. Rows per tile
+/// are the largest power of two (up to 32 for gate/up, 16 for down) whose
+/// tiles fit the kernel's staging budget, so a decode block keeps 64–80 KiB
+/// of weights in flight whatever the format's bytes per row, and T = 1 runs
+/// in about one wave (qwen3-30b-a3b affine4: 24 × 8 gate/up blocks of 32
+/// rows, 256 down blocks of 8 rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tiles {
+    gu_rows: usize,
+    down_rows: usize,
+    down_room: usize,
+    route_warps: usize,
+}
+
+fn tiles(gate: (usize, usize), down: (usize, usize)) -> Tiles {
+    let fit = |budget: usize, need: &dyn Fn(usize) -> usize| {
+        [32, 16, 8, 4, 2, 1]
+            .into_iter()
+            .find(|&r| need(r) <= budget)
+            .unwrap_or(1)
+    };
+    let gu_rows = fit(GU_BUDGET, &|r| 2 * tile_room(r, gate));
+    let down_rows = fit(DOWN_BUDGET, &|r| {
+        if r > 16 {
+            usize::MAX
+        } else {
+            DOWN_RING * tile_room(r, down)
+        }
+    });
+    Tiles {
+        gu_rows,
+        down_rows,
+        down_room: tile_room(down_rows, down),
+        route_warps: 0,
+    }
+}
+
+/// The call's shape: what the kernels' shared memory depends on.
+struct Shape {
+    t: usize,
+    k: usize,
+    e: usize,
+    max_active: usize,
+}
+
+impl Shape {
+    fn of(block: &MoeBlock, t: usize) -> Shape {
+        let p = block.parts();
+        let (e, k) = (p.router.n_experts, p.router.top_k);
+        Shape {
+            t,
+            k,
+            e,
+            max_active: (t * k).min(e),
+        }
+    }
+}
+
+/// Tile sizes and dynamic shared memory of the three kernels for `block` at
+/// `s`; `None` where the decode kernels cannot hold it.
+fn plan(block: &MoeBlock, s: &Shape) -> Option<(Tiles, [usize; 3])> {
+    let p = block.parts();
+    let [(g, _), _] = p.gate_up.sources();
+    let (mut gate, mut down) = (row_sizes(g), row_sizes(&p.down));
+    if let Some(sh) = &p.shared {
+        let [(sg, _), _] = sh.gate_up.sources();
+        let (a, b) = (row_sizes(sg), row_sizes(&sh.down));
+        gate = (gate.0.max(a.0), gate.1.max(a.1));
+        down = (down.0.max(b.0), down.1.max(b.1));
+    }
+    let mut t = tiles(gate, down);
+    // Routing warps of the last route block: 3·E floats each.
+    t.route_warps = (48 * 1024 / (12 * s.e.max(1))).min(WARPS);
+    let route = (t.route_warps * 3 * s.e).max(s.e + 1) * 4 + s.t * s.k * 4;
+    let h = block.hidden();
+    // Tiles, GU_TG staged x rows (padded to 32) and their sums per 16 or more.
+    let hp = h.div_ceil(32) * 32;
+    let gu = 2 * tile_room(t.gu_rows, gate) + GU_TG * (hp + hp / 16) * 4;
+    let slots = s.t * s.k + s.t;
+    let dn = DOWN_RING * t.down_room
+        + slots * t.down_rows * 4
+        + (3 * (s.max_active + 1) + s.t * s.k) * 4;
+    let ok = t.route_warps > 0 && [route, gu, dn].iter().all(|&b| b <= SMEM_LIMIT);
+    ok.then_some((t, [route, gu, dn]))
+}
 
 /// Whether the decode path runs `block` on `x`: a CUDA tensor of 1 to
 /// [`MAX_TOKENS`] rows, every routed and shared expert matrix in one format,
-/// the shared-expert gate (if any) in the router's format, and T·k small
-/// enough for the combine's shared memory.
+/// the shared-expert gate (if any) in the router's format, and tiles that
+/// fit the kernels' shared memory.
 pub fn supports(block: &MoeBlock, x: &Tensor) -> bool {
     let p = block.parts();
     let t = x.shape().first().copied().unwrap_or(0);
     if !matches!(x.device(), crate::Device::Cuda(_)) || x.rank() != 2 || t == 0 || t > MAX_TOKENS {
         return false;
     }
-    let (e, k) = (p.router.n_experts, p.router.top_k);
-    if down_smem(t, k, (t * k).min(e)) > SMEM_LIMIT || ROUTE_WARPS * 3 * e * 4 > SMEM_LIMIT {
+    if plan(block, &Shape::of(block, t)).is_none() {
         return false;
     }
     let Ok(f) = ftype(&p.down) else { return false };
@@ -197,7 +305,6 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
     let p = block.parts();
     let xb = x.cuda_bytes()?;
     let dev = xb.device().clone();
-    let d = x.device();
     let (t, h) = (x.shape()[0], x.shape()[1]);
     let (e, k) = (p.router.n_experts, p.router.top_k);
     ensure(
@@ -209,17 +316,31 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
     )?;
     let i = p.gate_up.intermediate();
     let si = p.shared.as_ref().map_or(0, |s| s.gate_up.intermediate());
-    let stride = i.max(si);
-    let max_active = (t * k).min(e);
-    let out = Tensor::zeros_on(x.dtype(), &[t, h], d)?;
-    // One scratch allocation, carved into 16-byte aligned pieces; only the
-    // ticket must start at zero (the kernels write everything else first).
+    // act rows are lane-major in blocks of 32 chunks (≤ 32 · 32 values).
+    let stride = i.max(si).div_ceil(1024) * 1024;
+    let shape = Shape::of(block, t);
+    let max_active = shape.max_active;
+    let Some((tl, smem)) = plan(block, &shape) else {
+        return Err(crate::error::invalid(
+            OP,
+            "block",
+            "tiles that fit the decode kernels' shared memory",
+            "a larger block",
+        ));
+    };
+    // decode_down writes every element of `out`.
+    let out = Tensor::from_cuda_bytes(
+        x.dtype(),
+        &[t, h],
+        crate::cuda::storage::CudaBytes::uninit(&dev, t * h * x.dtype().size())?,
+    )?;
+    // One scratch allocation, carved into 16-byte aligned pieces, every one
+    // written by the kernels before it is read (the ticket is the device's).
     let sizes = [
         (t * (e + 1)) * 4,
         t * k * 4,
         t * k * 4,
         t * 4,
-        4,
         e * 4,
         4,
         (e + 1) * 4,
@@ -235,7 +356,7 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
     let scratch = crate::cuda::storage::CudaBytes::uninit(&dev, total)?;
     let base = scratch.ptr();
     let at = |i: usize| base + offs[i] as u64;
-    let (logits, ids_p, weights_p, gate, ticket, active, n_active, offsets, slots, act) = (
+    let (logits, ids_p, weights_p, gate, active, n_active, offsets, slots, act) = (
         at(0),
         at(1),
         at(2),
@@ -245,9 +366,7 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
         at(6),
         at(7),
         at(8),
-        at(9),
     );
-    scratch.zero_range(offs[4], 4)?;
     let (vec, n_group, topk_group, norm, rsf) = rule_params(&dev, &p.router.kind)?;
     let [(gw, go), (uw, uo)] = p.gate_up.sources();
     let none = DecodeW::default();
@@ -274,7 +393,7 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
         ids: ids_p,
         weights: weights_p,
         gate,
-        ticket,
+        ticket: dev.ticket_word(),
         active,
         n_active,
         offsets,
@@ -301,27 +420,33 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
         rsf,
         act_stride: stride as u32,
         max_active: max_active as u32,
+        route_warps: tl.route_warps as u32,
+        gu_rows: tl.gu_rows as u32,
+        down_rows: tl.down_rows as u32,
+        down_room: tl.down_room as u32,
         pad: 0,
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;
     let f = ftype(&p.down)?;
-    let blocks = |n: usize| n.div_ceil(WARPS) as u32;
-    let route_smem = (ROUTE_WARPS * 3 * e * 4).max((e + 1) * 4) as u32;
     let g1 = Geometry {
         grid: (e as u32 + 1, 1, 1),
         block: (WARPS as u32 * 32, 1, 1),
-        shared: route_smem,
+        shared: smem[0] as u32,
     };
     let g2 = Geometry {
-        grid: (blocks(stride), max_active as u32 + 1, 1),
+        grid: (
+            i.max(si).div_ceil(tl.gu_rows) as u32,
+            max_active as u32 + 1,
+            1,
+        ),
         block: (WARPS as u32 * 32, 1, 1),
-        shared: 0,
+        shared: smem[1] as u32,
     };
     let g3 = Geometry {
-        grid: (blocks(h), 1, 1),
+        grid: (h.div_ceil(tl.down_rows) as u32, 1, 1),
         block: (WARPS as u32 * 32, 1, 1),
-        shared: down_smem(t, k, max_active) as u32,
+        shared: smem[2] as u32,
     };
     // SAFETY (all three): every pointer above is a live device allocation of
     // the shape the kernel indexes for these (T, H, E, k, I, Is): x/out [T,H],
@@ -364,4 +489,44 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
         weights: view(2, DType::F32, &[t, k])?,
     };
     Ok(crate::moe::MoeTrace { routing, out })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tile_table_fits_budgets_for_every_row_size() {
+        // qwen3-30b-a3b affine4-g64 (bf16 scales): gate/up rows 1024 B + 64 B
+        // of scales; down rows 384 B + 24 B.
+        let t = tiles((1024, 64), (384, 24));
+        assert_eq!((t.gu_rows, t.down_rows), (32, 8));
+        // q8_0: 2176-byte gate rows halve the gate/up tile.
+        assert_eq!(tiles((2176, 0), (816, 0)).gu_rows, 16);
+        // bf16 weights: 4 KiB rows.
+        let d = tiles((4096, 0), (1536, 0));
+        assert_eq!((d.gu_rows, d.down_rows), (8, 2));
+        for (g, dn) in [
+            ((1024, 64), (384, 24)),
+            ((4096, 0), (1536, 0)),
+            ((16384, 0), (57344, 0)),
+        ] {
+            let t = tiles(g, dn);
+            assert!(t.gu_rows == 1 || 2 * tile_room(t.gu_rows, g) <= GU_BUDGET);
+            assert!(t.down_rows == 1 || DOWN_RING * tile_room(t.down_rows, dn) <= DOWN_BUDGET);
+            assert_eq!(t.down_room, tile_room(t.down_rows, dn));
+            assert_eq!(t.down_room % 16, 0);
+        }
+    }
+
+    #[test]
+    fn stage_room_covers_any_alignment() {
+        // A range of n bytes starting h bytes past a 16-byte boundary is
+        // copied as ⌈(h + n) / 16⌉ words.
+        for n in [1usize, 15, 16, 17, 100, 1024] {
+            for h in 0..16 {
+                assert!((h + n).div_ceil(16) * 16 <= stage_room(n), "n={n} h={h}");
+            }
+        }
+    }
 }

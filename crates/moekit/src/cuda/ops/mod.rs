@@ -90,6 +90,14 @@ pub unsafe fn launch<P: DeviceRepr>(
     let f = dev
         .jit()
         .function(dev.context(), dev.arch(), source, name_expr)?;
+    if geo.shared > 48 * 1024 {
+        // Above 48 KiB a kernel must opt in to its dynamic shared memory.
+        f.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            geo.shared as i32,
+        )
+        .map_err(cuda_err(op))?;
+    }
     LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let cfg = LaunchConfig {
         grid_dim: geo.grid,
