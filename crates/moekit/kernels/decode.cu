@@ -79,7 +79,8 @@ struct DecodeParams {
 };
 static_assert(sizeof(DecodeParams) == 496, "DecodeParams layout");
 
-constexpr int DEC_WARPS = 8;   // warps per block, every decode kernel
+constexpr int DEC_WARPS = 8;    // warps per block of decode_gate_up and decode_down
+constexpr u32 ROUTE_WARPS = 32; // warps per decode_route block: one token each when routing
 constexpr int DEC_TG = 4;      // tokens per register group
 // Lanes that share one row's dot (a warp works on DEC_GROUPS rows at once).
 constexpr u32 DEC_GL = 8, DEC_GROUPS = 32 / DEC_GL;
@@ -168,10 +169,10 @@ __device__ void route_token(const DecodeParams& p, u32 t, const route::Warp& w, 
   __syncwarp();
 }
 
-// Grid: E + 1 blocks. Dynamic shared memory: max(route_warps · 3 · E, E + 1)
+// Grid: E + 1 blocks of ROUTE_WARPS warps. Dynamic shared memory: max(route_warps · 3 · E, E + 1)
 // floats (routing buffers, then the sort's counters), then T·k ids.
 template <typename FR, typename T>
-__global__ void __launch_bounds__(DEC_WARPS * 32) decode_route(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_constant__ DecodeParams p) {
   extern __shared__ float dec_smem[];
   __shared__ u32 s_last;
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_route(const __grid_cons
   // split K, then sum their partials in warp order (deterministic).
   const u32 r = blockIdx.x;
   const bool gate_row = r == E && p.sgate.data != nullptr;
-  __shared__ float part[DEC_WARPS][DEC_TG];
+  __shared__ float part[ROUTE_WARPS][DEC_TG];
   if (r < E || gate_row) {
     const QRow row = row_of<FR>(gate_row ? p.sgate : p.router, 0, gate_row ? 0 : r);
     const u32 nch = (H + FR::CHUNK - 1) / FR::CHUNK;
@@ -205,7 +206,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) decode_route(const __grid_cons
       __syncthreads();
       if (threadIdx.x < DEC_TG && t0 + threadIdx.x < nt) {
         float s = 0.f;
-        for (int w = 0; w < DEC_WARPS; ++w) s += part[w][threadIdx.x];
+        for (u32 w = 0; w < ROUTE_WARPS; ++w) s += part[w][threadIdx.x];
         // The general path's router matmul stores logits in T.
         p.logits[(u64)(t0 + threadIdx.x) * (E + 1) + r] = to_f32(from_f32<T>(s));
       }

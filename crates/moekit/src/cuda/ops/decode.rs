@@ -24,8 +24,11 @@ static SRC: Source = Source {
 
 /// Largest token count the decode path takes (larger batches use the general path).
 pub const MAX_TOKENS: usize = 64;
-/// Warps per block of every decode kernel (`DEC_WARPS`).
+/// Warps per block of `decode_gate_up` and `decode_down` (`DEC_WARPS`).
 const WARPS: usize = 8;
+/// Warps per `decode_route` block (`ROUTE_WARPS`): its last block routes a
+/// token per warp.
+const ROUTE_WARPS: usize = 32;
 /// Tiles in flight per `decode_down` block (2 · `DOWN_BATCH`).
 const DOWN_RING: usize = 16;
 /// Tokens whose x rows a `decode_gate_up` block stages at a time (`GU_TG`).
@@ -210,7 +213,7 @@ fn plan(block: &MoeBlock, s: &Shape) -> Option<(Tiles, [usize; 3])> {
     }
     let mut t = tiles(gate, down);
     // Routing warps of the last route block: 3·E floats each.
-    t.route_warps = (48 * 1024 / (12 * s.e.max(1))).min(WARPS);
+    t.route_warps = (48 * 1024 / (12 * s.e.max(1))).min(ROUTE_WARPS);
     let route = (t.route_warps * 3 * s.e).max(s.e + 1) * 4 + s.t * s.k * 4;
     let h = block.hidden();
     // Tiles, GU_TG staged x rows (padded to 32) and their sums per 16 or more.
@@ -431,7 +434,7 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
     let f = ftype(&p.down)?;
     let g1 = Geometry {
         grid: (e as u32 + 1, 1, 1),
-        block: (WARPS as u32 * 32, 1, 1),
+        block: (ROUTE_WARPS as u32 * 32, 1, 1),
         shared: smem[0] as u32,
     };
     let g2 = Geometry {
