@@ -132,8 +132,10 @@ fn dot_row_rejects_bad_rows() {
 
 /// Single-thread kernel throughput on a decode-sized working set (not a
 /// test; run with `cargo test --release --test cpu_dot -- --ignored --nocapture`,
-/// formats from `DOT_BENCH_FORMATS`, row length from `DOT_BENCH_K`, and
-/// `DOT_BENCH_SINGLE=1` to call `dot_row` per row instead of `dot_rows`).
+/// formats from `DOT_BENCH_FORMATS`, row length from `DOT_BENCH_K`, rows per
+/// expert from `DOT_BENCH_ROWS` (e.g. 128 for a working set in L2: kernel
+/// throughput without DRAM), and `DOT_BENCH_SINGLE=1` to call `dot_row` per
+/// row instead of `dot_rows`).
 /// Formats are timed in interleaved rounds and the best round is kept, so a
 /// busy machine skews them alike.
 #[test]
@@ -147,7 +149,8 @@ fn bench_dot_row() {
     // Default: the weights of one qwen3-30b-a3b decode step (8 experts of
     // 3 · 768 rows of K = 2048); DOT_BENCH_K = 768 for the down projection.
     let k: usize = std::env::var("DOT_BENCH_K").map_or(2048, |v| v.parse().unwrap());
-    let (e, n) = (8, 2304 * 2048 / k);
+    let n = std::env::var("DOT_BENCH_ROWS").map_or(2304 * 2048 / k, |v| v.parse().unwrap());
+    let e = 8;
     let x: Vec<f32> = (0..k).map(|i| (i as f32 * 0.37).sin()).collect();
     let xs = XSums::new(&x);
     let cases: Vec<(&str, QuantWeights)> = names

@@ -2,12 +2,16 @@
 //!
 //! Monomorphized over the code width, the group size and the scale dtype, so
 //! the group loop has a constant trip count and reads its scale without a
-//! dtype match. Per group, the codes of each 32-weight pack (`BITS` words)
+//! dtype match. Codes of 2, 4 and 8 bits never straddle a byte: those rows
+//! widen 8 bytes at a time and split the codes of each byte into separate
+//! vectors, reading `x` in the matching order ([`bytes_row`]). Otherwise, per
+//! group, the codes of each 32-weight pack (`BITS` words)
 //! are widened into 32 lanes and multiplied by `x` into a group accumulator,
 //! which is scaled into the row accumulator once per group; scales are
 //! widened 8 groups at a time. The bias term `Σ_g b_g·Σx_g` is a separate
 //! 8-lane dot with the group sums of `x` ([`XSums`]).
 
+use super::simd::{F8, U8};
 use super::{arr, fma, fold_fma, lanes_sum, run, Acc, RowKernel, Run, Widen, XSums, A, L};
 use crate::format::{AffineParams, RawRow};
 use std::marker::PhantomData;
@@ -53,10 +57,14 @@ impl<const BITS: usize, const GS: usize, S: Widen> RowKernel for AffineRow<BITS,
         if params.bits as usize != BITS || params.group_size != GS {
             return None;
         }
+        let (scales, biases) = (S::scale_row(scales)?, S::scale_row(biases)?);
+        if 8 % BITS == 0 {
+            return bytes_row::<BITS, GS, S>(words, scales, biases, x, xs);
+        }
         dot_row::<BITS, GS, S>(Row {
             words,
-            scales: S::scale_row(scales)?,
-            biases: S::scale_row(biases)?,
+            scales,
+            biases,
             x,
             xs,
         })
@@ -204,4 +212,99 @@ fn bias_dot<S: Widen>(biases: &[S], xsum: &[f32]) -> f32 {
         }
     }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+/// [`dot_row`] for codes that never straddle a byte (2, 4, 8 bits): 8 bytes
+/// at a time are widened to 8 lanes and code `t` of each byte is split off
+/// into vector `t`, so the lanes hold every `c`-th weight (`c = 8 / BITS`);
+/// `x` is read in the matching order ([`XSums::permuted`]).
+#[inline(never)]
+fn bytes_row<const BITS: usize, const GS: usize, S: Widen>(
+    words: &[u32],
+    scales: &[S],
+    biases: &[S],
+    x: &[f32],
+    xs: &XSums,
+) -> Option<f32> {
+    let groups = scales.len();
+    let xsum = xs.of(GS);
+    let xp = if BITS == 8 { x } else { xs.permuted(8 / BITS) };
+    let ok = biases.len() == groups
+        && words.len() == groups * GS / 32 * BITS
+        && x.len() == groups * GS
+        && xp.len() == x.len()
+        && xsum.len() == groups;
+    if !ok {
+        return None;
+    }
+    let bytes: &[u8] = bytemuck::cast_slice(words);
+    let bpg = GS * BITS / 8;
+    // One accumulator for even groups, one for odd: each group's products
+    // are summed in one chain and scaled once (the kernel is bound by the
+    // two vector pipes that multiply and convert).
+    let mut acc = [F8::zero(); 2];
+    let mut step = |g: usize, gb: &[u8], gx: &[f32], s: f32| {
+        let p = group_products::<BITS>(gb, gx);
+        if let Some(a) = acc.get_mut(g & 1) {
+            *a = F8::splat(s).fma(p, *a);
+        }
+    };
+    // Runs of 8 groups widen their scales with one F16C conversion; the
+    // remaining groups widen their own.
+    let runs = bytes
+        .chunks_exact(8 * bpg)
+        .zip(xp.chunks_exact(8 * GS))
+        .zip(scales.chunks_exact(8));
+    let done = runs.len() * 8;
+    for ((b8, x8), s8) in runs {
+        let mut sf = [0f32; 8];
+        S::widen_into(s8, &mut sf);
+        let groups = b8.chunks_exact(bpg).zip(x8.chunks_exact(GS)).zip(sf);
+        for (g, ((gb, gx), s)) in groups.enumerate() {
+            step(g, gb, gx, s);
+        }
+    }
+    let rest = bytes
+        .chunks_exact(bpg)
+        .zip(xp.chunks_exact(GS))
+        .zip(scales)
+        .skip(done);
+    for (g, ((gb, gx), s)) in rest.enumerate() {
+        step(g, gb, gx, s.widen());
+    }
+    Some(acc[0].add(acc[1]).sum() + bias_dot(biases, xsum))
+}
+
+/// `Σ q·x` over one group, by lane: in one chain for groups of 32, else
+/// in two (alternate vectors) summed at the end, so a long group's chain
+/// does not hold the following group's work in the scheduler.
+#[inline(always)]
+fn group_products<const BITS: usize>(bytes: &[u8], x: &[f32]) -> F8 {
+    let c = 8 / BITS;
+    let mask = (1u32 << BITS) - 1;
+    let two = x.len() > 32;
+    let mut p = [F8::zero(); 2];
+    let mut i = 0;
+    for (b, xu) in bytes.chunks_exact(8).zip(x.chunks_exact(8 * c)) {
+        let v = arr(b).map_or(U8::splat(0), U8::bytes);
+        for (t, xt) in xu.chunks_exact(8).enumerate() {
+            // The last code of a byte needs no mask, the first no shift.
+            let code = match t {
+                0 if c == 1 => v,
+                0 => v.and(mask),
+                _ if t + 1 == c => v.shr((BITS * t) as u32),
+                _ => v.shr((BITS * t) as u32).and(mask),
+            };
+            let xv = arr(xt).map_or(F8::zero(), F8::load);
+            if let Some(p) = p.get_mut(i & usize::from(two)) {
+                *p = code.to_f32().fma(xv, *p);
+            }
+            i += 1;
+        }
+    }
+    if two {
+        p[0].add(p[1])
+    } else {
+        p[0]
+    }
 }

@@ -3,22 +3,78 @@
 //! A row is viewed as `&[Block]` (the blocks are 2-aligned `Pod` structs; an
 //! unaligned row falls back to decode-then-dot). Each super-block unpacks its
 //! group scales (and mins) once, widens its codes 32 at a time and adds
-//! `scale · q · x` per group to the accumulator ([`scaled_fma`]); signed code
+//! `scale · q · x` per group to the accumulator ([`Accum::add`]); signed code
 //! offsets (Q3_K's −4, Q6_K's −32) are applied to the small integers before
 //! widening, and the mins (`dmin·m`) once per group as `min · Σx` from the
 //! block sums of `x`. The super-block scales `d`, `dmin` are often subnormal
 //! f16, so they are widened without branches.
 
-use super::{arr, f16_to_f32, fma, lanes_sum, scaled_fma, Acc, XSums, A, L};
+use super::simd::{F8, U8};
+use super::{arr, f16_to_f32, fma, XSums};
 use crate::format::ggml::blocks::{
     q3k_scales, BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, QK_K,
 };
 use bytemuck::Pod;
 
-/// A row's running sums: scaled products by lane, and the offset terms.
+/// A row's running sums: scaled products by lane, in two pairs of
+/// accumulators (alternate 32- or 64-weight slices use alternate pairs, so
+/// each accumulator is updated at most once per slice pair), and the offset
+/// terms.
 pub(super) struct Accum {
-    lanes: Acc,
+    lanes: [[F8; 2]; 2],
     off: f32,
+    /// Q4_K / Q5_K: `Σ dmin·m_g·Σx_g` by lane (subtracted at the end).
+    mins: F8,
+}
+
+impl Accum {
+    /// `lanes[pair] += (s0·lo, s1·hi)`.
+    #[inline(always)]
+    fn add(&mut self, pair: usize, (s0, s1): (f32, f32), (lo, hi): (F8, F8)) {
+        if let Some(a) = self.lanes.get_mut(pair & 1) {
+            a[0] = F8::splat(s0).fma(lo, a[0]);
+            a[1] = F8::splat(s1).fma(hi, a[1]);
+        }
+    }
+}
+
+/// `(q[0]·x[0..8] + q[1]·x[8..16], q[2]·x[16..24] + q[3]·x[24..32])`: the
+/// products of the two 16-weight halves of a 32-weight slice.
+#[inline(always)]
+fn halves(q: [F8; 4], x: &[f32; 32]) -> (F8, F8) {
+    let xv = |i: usize| {
+        x.get(8 * i..8 * i + 8)
+            .and_then(arr)
+            .map_or(F8::zero(), F8::load)
+    };
+    (
+        q[1].fma(xv(1), q[0].mul(xv(0))),
+        q[3].fma(xv(3), q[2].mul(xv(2))),
+    )
+}
+
+/// `Σ q·x` of a 32-weight slice, by lane, in one chain.
+#[inline(always)]
+fn whole(q: [F8; 4], x: &[f32; 32]) -> F8 {
+    let xv = |i: usize| {
+        x.get(8 * i..8 * i + 8)
+            .and_then(arr)
+            .map_or(F8::zero(), F8::load)
+    };
+    let p = q[0].mul(xv(0));
+    let p = q[1].fma(xv(1), p);
+    let p = q[2].fma(xv(2), p);
+    q[3].fma(xv(3), p)
+}
+
+/// The 32 bytes as four vectors of 8 lanes.
+#[inline(always)]
+fn bytes32(b: &[u8; 32]) -> [U8; 4] {
+    std::array::from_fn(|i| {
+        b.get(8 * i..8 * i + 8)
+            .and_then(arr)
+            .map_or(U8::splat(0), U8::bytes)
+    })
 }
 
 /// A K-quant super-block with a fused dot kernel.
@@ -42,8 +98,9 @@ pub(super) fn dot_blocks<B: SuperBlock>(bytes: &[u8], x: &[f32], xs: &XSums) -> 
         return None;
     }
     let mut acc = Accum {
-        lanes: [0f32; A],
+        lanes: [[F8::zero(); 2]; 2],
         off: 0.0,
+        mins: F8::zero(),
     };
     let per = QK_K / B::SUM;
     for ((b, xb), sb) in blocks
@@ -53,27 +110,29 @@ pub(super) fn dot_blocks<B: SuperBlock>(bytes: &[u8], x: &[f32], xs: &XSums) -> 
     {
         b.dot(xb, sb, &mut acc)?;
     }
-    Some(lanes_sum(acc.lanes) + acc.off)
+    let [[a, b], [c, d]] = acc.lanes;
+    Some(a.add(c).add(b.add(d)).sum() + (acc.off - acc.mins.sum()))
 }
 
 /// Codes of chunk `c` of a Q4_K / Q5_K super-block: groups `2c` (low
-/// nibbles of the 32 bytes `q32`) and `2c + 1` (high nibbles), plus bit `g`
-/// of `qh[l]` as bit 4 of weight `32g + l` (Q5_K). In 32-bit lanes with the
-/// `·0x1001` split (see the legacy `nibble_codes`): one widening load and
-/// one multiply per 8 bytes for both groups.
+/// nibbles of the 32 bytes `q32`) and `2c + 1` (high nibbles), plus bit `2c`
+/// (`2c + 1`) of `qh[l]` as bit 4 of weight `l` of group `2c` (`2c + 1`)
+/// (Q5_K).
 #[inline(always)]
-fn k4_codes(q32: &[u8; 32], qh: Option<&[u8; 32]>, c: usize) -> ([f32; L], [f32; L]) {
-    let (mut lo, mut hi) = ([0f32; L], [0f32; L]);
-    for l in 0..L {
-        let v = u32::from(q32[l]) * 0x1001;
-        let (h0, h1) = qh.map_or((0, 0), |qh| {
-            let h = u32::from(qh[l]) << 4;
-            ((h >> (2 * c)) & 0x10, (h >> (2 * c + 1)) & 0x10)
-        });
-        lo[l] = ((v & 0x0F) | h0) as f32;
-        hi[l] = ((v >> 16) | h1) as f32;
+fn k4_codes(q32: &[u8; 32], qh: Option<&[u8; 32]>, c: usize) -> ([F8; 4], [F8; 4]) {
+    let v = bytes32(q32);
+    let mut lo = v.map(|v| v.and(15));
+    let mut hi = v.map(|v| v.shr(4));
+    if let Some(qh) = qh {
+        let c = c as u32;
+        for ((lo, hi), h) in lo.iter_mut().zip(&mut hi).zip(bytes32(qh)) {
+            // Bit 2c (2c + 1) to bit 4.
+            let h = h.shl(4);
+            *lo = lo.or(h.shr(2 * c).and(16));
+            *hi = hi.or(h.shr(2 * c + 1).and(16));
+        }
     }
-    (lo, hi)
+    (lo.map(U8::to_f32), hi.map(U8::to_f32))
 }
 
 /// The 8 6-bit scales and 8 mins of Q4_K / Q5_K (as `scale_min_k4`), with
@@ -111,20 +170,19 @@ fn k4_dot(
 ) -> Option<()> {
     let x: &[f32; QK_K] = arr(x)?;
     let sums: &[f32; 8] = arr(sums)?;
+    // Scales and mins widened a register at a time (scalar conversions and
+    // products took as many vector-pipe slots as a fifth of the codes).
     let (sc, m) = k4_scales_mins(scales);
-    let (mut dl, mut ml) = ([0f32; 8], [0f32; 8]);
-    for j in 0..8 {
-        dl[j] = d * f32::from(sc[j]);
-        ml[j] = dmin * f32::from(m[j]) * sums[j];
-    }
-    acc.off -= ((ml[0] + ml[1]) + (ml[2] + ml[3])) + ((ml[4] + ml[5]) + (ml[6] + ml[7]));
+    let sc = U8::from_u64(u64::from_le_bytes(sc)).to_f32();
+    let m = U8::from_u64(u64::from_le_bytes(m)).to_f32();
+    let dl = sc.mul(F8::splat(d)).to_array();
+    acc.mins = F8::splat(dmin).fma(m.mul(F8::load(sums)), acc.mins);
     for (c, (q32, x64)) in qs.chunks_exact(32).zip(x.chunks_exact(64)).enumerate() {
         let q32: &[u8; 32] = arr(q32)?;
-        let (x0, x1) = x64.split_at(L);
+        let (x0, x1) = x64.split_at(32);
         let (s0, s1) = (*dl.get(2 * c)?, *dl.get(2 * c + 1)?);
         let (lo, hi) = k4_codes(q32, qh, c);
-        scaled_fma(&mut acc.lanes, s0, s0, &lo, arr(x0)?);
-        scaled_fma(&mut acc.lanes, s1, s1, &hi, arr(x1)?);
+        acc.add(c, (s0, s1), (whole(lo, arr(x0)?), whole(hi, arr(x1)?)));
     }
     Some(())
 }
@@ -149,15 +207,15 @@ impl SuperBlock for BlockQ5_K {
 
 /// Q2_K / Q3_K: 2 halves of 128 weights, each 4 slices of 32 (shift `2s`);
 /// weight `128h + 32s + l` has 2-bit code `(qs[32h + l] >> 2s) & 3` and lies
-/// in group `8h + 2s + l/16`. `code(h, s, l, c2)` finishes the code (in
-/// 32-bit lanes); the group scales are `scale[g]`, and `min[g]·Σx_g` is
-/// subtracted.
+/// in group `8h + 2s + l/16`. `code(h, s, i, c2)` finishes the codes of
+/// lanes `8i..8i+8` (in 32-bit lanes); the group scales are `scale[g]`, and
+/// `min[g]·Σx_g` is subtracted.
 #[inline(always)]
 fn k2_dot(
     qs: &[u8; QK_K / 4],
     scale: &[f32; 16],
     min: Option<&[f32; 16]>,
-    code: impl Fn(usize, usize, usize, u32) -> i32,
+    code: impl Fn(usize, usize, usize, U8) -> U8,
     x: &[f32],
     sums: &[f32],
     acc: &mut Accum,
@@ -165,15 +223,15 @@ fn k2_dot(
     let x: &[f32; QK_K] = arr(x)?;
     let sums: &[f32; 16] = arr(sums)?;
     for (h, (q32, x128)) in qs.chunks_exact(32).zip(x.chunks_exact(128)).enumerate() {
-        let q32: &[u8; 32] = arr(q32)?;
-        for (s, x32) in x128.chunks_exact(L).enumerate() {
-            let mut q = [0f32; L];
-            for (l, q) in q.iter_mut().enumerate() {
-                *q = code(h, s, l, (u32::from(q32[l]) >> (2 * s)) & 3) as f32;
+        let v = bytes32(arr(q32)?);
+        for (s, x32) in x128.chunks_exact(32).enumerate() {
+            let mut q = [F8::zero(); 4];
+            for (i, (q, v)) in q.iter_mut().zip(v).enumerate() {
+                *q = code(h, s, i, v.shr(2 * s as u32).and(3)).to_f32();
             }
             let g = 8 * h + 2 * s;
             let (s0, s1) = (*scale.get(g)?, *scale.get(g + 1)?);
-            scaled_fma(&mut acc.lanes, s0, s1, &q, arr(x32)?);
+            acc.add(s, (s0, s1), halves(q, arr(x32)?));
             if let Some(min) = min {
                 acc.off = fma(-*min.get(g)?, *sums.get(g)?, acc.off);
                 acc.off = fma(-*min.get(g + 1)?, *sums.get(g + 1)?, acc.off);
@@ -193,7 +251,7 @@ impl SuperBlock for BlockQ2_K {
             *s = d * f32::from(sc & 0x0F);
             *m = dmin * f32::from(sc >> 4);
         }
-        let code = |_, _, _, c2: u32| c2 as i32;
+        let code = |_, _, _, c2: U8| c2;
         k2_dot(&self.qs, &scale, Some(&min), code, x, sums, acc)
     }
 }
@@ -209,9 +267,12 @@ impl SuperBlock for BlockQ3_K {
         }
         // High-bit plane 4h + s; a clear bit means code − 4.
         let hmask = &self.hmask;
-        let code = |h: usize, s: usize, l: usize, c2: u32| {
-            let high = (u32::from(hmask[l]) >> (4 * h + s)) & 1;
-            (c2 | (high << 2)) as i32 - 4
+        let hm = bytes32(hmask);
+        let code = |h: usize, s: usize, i: usize, c2: U8| {
+            let high = hm
+                .get(i)
+                .map_or(U8::splat(0), |m| m.shr((4 * h + s) as u32).and(1));
+            c2.or(high.shl(2)).sub(4)
         };
         k2_dot(&self.qs, &scale, None, code, x, sums, acc)
     }
@@ -231,29 +292,30 @@ impl SuperBlock for BlockQ6_K {
         // 8h + 2s + l/16. Low 4 bits from ql[64h + 32(s%2) + l] >> 4(s/2),
         // high 2 from qh[32h + l] >> 2s: the 32 ql bytes of part p = s % 2
         // serve slices p (low nibbles) and p + 2 (high), in one pass.
-        let halves = x
+        let parts = x
             .chunks_exact(128)
             .zip(self.ql.chunks_exact(64))
             .zip(self.qh.chunks_exact(32))
             .zip(scale.chunks_exact(8));
-        for (((x128, ql64), qh32), sc8) in halves {
+        for (((x128, ql64), qh32), sc8) in parts {
             let (qh32, sc8): (&[u8; 32], &[f32; 8]) = (arr(qh32)?, arr(sc8)?);
+            let qh = bytes32(qh32);
             for (p, ql32) in ql64.chunks_exact(32).enumerate() {
-                let ql32: &[u8; 32] = arr(ql32)?;
+                let ql = bytes32(arr(ql32)?);
                 // Slice p (low nibbles, high bits 2p), then slice p + 2 (high
-                // nibbles, high bits 2p + 4): one code array live at a time.
-                for (half, shift) in [(0, 2 * p), (1, 2 * p + 4)] {
-                    let mut q = [0f32; L];
-                    for (l, q) in q.iter_mut().enumerate() {
-                        let v = u32::from(ql32[l]) * 0x1001;
-                        let lo = if half == 0 { v & 0x0F } else { v >> 16 };
-                        let hi = ((u32::from(qh32[l]) << 4) >> shift) & 0x30;
-                        *q = ((lo | hi) as i32 - 32) as f32;
+                // nibbles, high bits 2p + 4).
+                for half in 0..2 {
+                    let shift = (2 * p + 4 * half) as u32;
+                    let mut q = [F8::zero(); 4];
+                    for ((q, l), h) in q.iter_mut().zip(ql).zip(qh) {
+                        let lo = if half == 0 { l.and(15) } else { l.shr(4) };
+                        let hi = h.shl(4).shr(shift).and(0x30);
+                        *q = lo.or(hi).sub(32).to_f32();
                     }
                     let s = p + 2 * half;
                     let xs = arr(x128.get(32 * s..32 * s + 32)?)?;
                     let sc = sc8.get(2 * s..2 * s + 2)?;
-                    scaled_fma(&mut acc.lanes, *sc.first()?, *sc.last()?, &q, xs);
+                    acc.add(s, (*sc.first()?, *sc.last()?), halves(q, xs));
                 }
             }
         }

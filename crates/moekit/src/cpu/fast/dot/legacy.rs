@@ -3,17 +3,16 @@
 //!
 //! A row is viewed as `&[Block]` (the blocks are 2-aligned `Pod` structs; an
 //! unaligned row falls back to decode-then-dot). Each block widens its scale
-//! ([`f16_to_f32`]: a predictable branch for the normal f16 scales of these
-//! types) and its 32 codes, adds `d·q·x` to the accumulator
-//! ([`scaled_fma`]) and `m·Σx` (with `m = d·OFFSET` for the types without a
-//! min) to the offset, from the block sums of `x`. (Widening the scales of
-//! a run of blocks first, a register at a time, was faster on long rows but
-//! cost more than it saved on rows of K = 768.)
+//! (and min) with one F16C conversion from memory ([`f16_pair`]) and its 32
+//! codes 8 bytes at a time ([`U8::bytes`]), adds `d·q·x` to its
+//! accumulators ([`block_fma`]; even and odd blocks use separate ones) and
+//! `m·Σx` (with `m = d·OFFSET` for the types without a min) to the offset,
+//! from the block sums of `x`.
 
-use super::{arr, f16_to_f32, fma, lanes_sum, scaled_fma, XSums, A, L};
+use super::simd::{f16_pair, F8, U8};
+use super::{arr, fma, XSums, L};
 use crate::format::ggml::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use bytemuck::Pod;
-use half::f16;
 
 /// A 32-weight block: weight `i` is `d·(q_i + OFFSET)`, or `d·q_i + m` for
 /// the types with a min.
@@ -22,12 +21,18 @@ pub(super) trait Block32: Pod {
     const OFFSET: f32;
     /// Whether the block stores a min `m`.
     const HAS_MIN: bool;
-    /// The scale.
-    fn d(&self) -> f16;
-    /// The min (zero for the types without one).
-    fn m(&self) -> f16;
-    /// The 32 codes, widened (without `OFFSET`).
-    fn codes(&self) -> [f32; L];
+    /// The scale and, for the types with a min, the min (else unused):
+    /// every block starts with `d` and, if it has one, `m` (f16 each).
+    /// (Widening them in integer registers instead measured the same for
+    /// Q4_0 and a third slower for Q4_1.)
+    #[inline(always)]
+    fn dm(&self) -> (f32, f32) {
+        let b: &[u8] = bytemuck::bytes_of(self);
+        b.get(..8).and_then(arr).map_or((0.0, 0.0), f16_pair)
+    }
+    /// The 32 codes widened (without `OFFSET`), weights `8i..8i+8` in
+    /// vector `i`.
+    fn codes(&self) -> [F8; 4];
 }
 
 /// Dot of a row of `B` blocks with `x`; `None` if the row is not 2-aligned
@@ -39,72 +44,81 @@ pub(super) fn dot_blocks<B: Block32>(bytes: &[u8], x: &[f32], xs: &XSums) -> Opt
     if x.len() != blocks.len() * L || sums.len() != blocks.len() {
         return None;
     }
-    let mut acc = [0f32; A];
+    // One accumulator per block of a pair: each block's scaled sum waits
+    // only on the previous block of the same parity.
+    let mut acc = [F8::zero(); 2];
     // Σ_b m_b·Σx_b, or Σ_b d_b·Σx_b (times OFFSET at the end).
-    let mut off = 0f32;
-    for ((b, xb), &s) in blocks.iter().zip(x.chunks_exact(L)).zip(sums) {
-        let d = f16_to_f32(b.d(), false);
-        if let Some(xb) = arr(xb) {
-            scaled_fma(&mut acc, d, d, &b.codes(), xb);
+    let mut off = [0f32; 2];
+    let pairs = blocks.chunks_exact(2);
+    let tail = pairs.remainder();
+    let xp = x.chunks_exact(2 * L);
+    let sp = sums.chunks_exact(2);
+    for ((b2, x2), s2) in pairs.zip(xp).zip(sp) {
+        for (i, ((b, xb), &s)) in b2.iter().zip(x2.chunks_exact(L)).zip(s2).enumerate() {
+            if let (Some(acc), Some(off), Some(xb)) = (acc.get_mut(i), off.get_mut(i), arr(xb)) {
+                block_fma(b, xb, s, acc, off);
+            }
         }
-        let m = if B::HAS_MIN {
-            f16_to_f32(b.m(), false)
-        } else {
-            d
-        };
-        off = fma(m, s, off);
     }
+    if let (Some(b), Some(xb), Some(&s)) = (tail.first(), x.rchunks_exact(L).next(), sums.last()) {
+        block_fma(b, arr(xb)?, s, &mut acc[0], &mut off[0]);
+    }
+    let lanes = acc[0].add(acc[1]);
+    let off = off[0] + off[1];
     let off = if B::HAS_MIN { off } else { B::OFFSET * off };
-    Some(lanes_sum(acc) + off)
+    Some(lanes.sum() + off)
 }
 
-/// `1 << j` for lane j: the Q5 high-bit test as a per-lane constant mask
-/// (a compare per register, no per-lane shifts of the result).
-const LANE_BITS: [u32; 16] = {
-    let mut b = [0u32; 16];
-    let mut j = 0;
-    while j < 16 {
-        b[j] = 1 << j;
-        j += 1;
-    }
-    b
-};
+/// One block: `acc += d·q·x`, `off += m·Σx` (`d·Σx` for the types without
+/// a min). The products are summed in one chain and scaled once: the
+/// kernel is bound by the two vector pipes that multiply and convert.
+#[inline(always)]
+fn block_fma<B: Block32>(b: &B, x: &[f32; L], s: f32, acc: &mut F8, off: &mut f32) {
+    let (d, m) = b.dm();
+    let q = b.codes();
+    let xv = |i: usize| {
+        x.get(8 * i..8 * i + 8)
+            .and_then(arr)
+            .map_or(F8::zero(), F8::load)
+    };
+    let p = q[0].mul(xv(0));
+    let p = q[1].fma(xv(1), p);
+    let p = q[2].fma(xv(2), p);
+    let p = q[3].fma(xv(3), p);
+    *acc = F8::splat(d).fma(p, *acc);
+    let m = if B::HAS_MIN { m } else { d };
+    *off = fma(m, s, *off);
+}
 
 /// Codes of a 32-weight block from 16 nibble bytes (low nibbles are weights
 /// 0..16, high nibbles 16..32), bit 4 of weight j from bit j of `qh`.
-///
-/// Works in 32-bit lanes: `b·0x1001` holds the byte at bit 0 and at bit 12,
-/// so the low nibble is `& 15` and the high one `>> 16`, from one widening
-/// load and one multiply per 8 bytes (the plain `b & 15`, `b >> 4` are
-/// narrowed to byte operations, which cost a shuffle more per 8 codes).
 #[inline(always)]
-fn nibble_codes(qs: &[u8; 16], qh: u32) -> [f32; L] {
-    let mut q = [0f32; L];
-    let (qh_lo, qh_hi) = (qh, qh >> 16);
-    for ((j, &b), &bit) in qs.iter().enumerate().zip(&LANE_BITS) {
-        let v = u32::from(b) * 0x1001;
-        let h0 = if qh_lo & bit != 0 { 0x10 } else { 0 };
-        let h1 = if qh_hi & bit != 0 { 0x10 } else { 0 };
-        q[j] = ((v & 0x0F) | h0) as f32;
-        q[16 + j] = ((v >> 16) | h1) as f32;
+fn nibble_codes(qs: &[u8; 16], qh: Option<u32>) -> [F8; 4] {
+    let half = |i: usize| {
+        qs.get(8 * i..8 * i + 8)
+            .and_then(arr)
+            .map_or(U8::splat(0), U8::bytes)
+    };
+    let (v0, v1) = (half(0), half(1));
+    let mut q = [v0.and(15), v1.and(15), v0.shr(4), v1.shr(4)];
+    if let Some(qh) = qh {
+        for (i, q) in q.iter_mut().enumerate() {
+            // Bits 8i..8i+8 of qh to bit 4 of lanes 0..8.
+            let h = U8::splat(((qh >> (8 * i)) & 0xff) << 4)
+                .shr_by_lane()
+                .and(16);
+            *q = q.or(h);
+        }
     }
-    q
+    q.map(U8::to_f32)
 }
 
 impl Block32 for BlockQ4_0 {
     const OFFSET: f32 = -8.0;
     const HAS_MIN: bool = false;
     #[inline(always)]
-    fn d(&self) -> f16 {
-        self.d
-    }
-    #[inline(always)]
-    fn m(&self) -> f16 {
-        f16::ZERO
-    }
-    #[inline(always)]
-    fn codes(&self) -> [f32; L] {
-        nibble_codes(&self.qs, 0)
+    fn codes(&self) -> [F8; 4] {
+        nibble_codes(&self.qs, None)
     }
 }
 
@@ -112,16 +126,8 @@ impl Block32 for BlockQ4_1 {
     const OFFSET: f32 = 0.0;
     const HAS_MIN: bool = true;
     #[inline(always)]
-    fn d(&self) -> f16 {
-        self.d
-    }
-    #[inline(always)]
-    fn m(&self) -> f16 {
-        self.m
-    }
-    #[inline(always)]
-    fn codes(&self) -> [f32; L] {
-        nibble_codes(&self.qs, 0)
+    fn codes(&self) -> [F8; 4] {
+        nibble_codes(&self.qs, None)
     }
 }
 
@@ -129,16 +135,8 @@ impl Block32 for BlockQ5_0 {
     const OFFSET: f32 = -16.0;
     const HAS_MIN: bool = false;
     #[inline(always)]
-    fn d(&self) -> f16 {
-        self.d
-    }
-    #[inline(always)]
-    fn m(&self) -> f16 {
-        f16::ZERO
-    }
-    #[inline(always)]
-    fn codes(&self) -> [f32; L] {
-        nibble_codes(&self.qs, u32::from_le_bytes(self.qh))
+    fn codes(&self) -> [F8; 4] {
+        nibble_codes(&self.qs, Some(u32::from_le_bytes(self.qh)))
     }
 }
 
@@ -146,16 +144,8 @@ impl Block32 for BlockQ5_1 {
     const OFFSET: f32 = 0.0;
     const HAS_MIN: bool = true;
     #[inline(always)]
-    fn d(&self) -> f16 {
-        self.d
-    }
-    #[inline(always)]
-    fn m(&self) -> f16 {
-        self.m
-    }
-    #[inline(always)]
-    fn codes(&self) -> [f32; L] {
-        nibble_codes(&self.qs, u32::from_le_bytes(self.qh))
+    fn codes(&self) -> [F8; 4] {
+        nibble_codes(&self.qs, Some(u32::from_le_bytes(self.qh)))
     }
 }
 
@@ -163,19 +153,10 @@ impl Block32 for BlockQ8_0 {
     const OFFSET: f32 = 0.0;
     const HAS_MIN: bool = false;
     #[inline(always)]
-    fn d(&self) -> f16 {
-        self.d
-    }
-    #[inline(always)]
-    fn m(&self) -> f16 {
-        f16::ZERO
-    }
-    #[inline(always)]
-    fn codes(&self) -> [f32; L] {
-        let mut q = [0f32; L];
-        for (q, &c) in q.iter_mut().zip(&self.qs) {
-            *q = f32::from(c);
-        }
-        q
+    fn codes(&self) -> [F8; 4] {
+        std::array::from_fn(|i| {
+            let b = self.qs.get(8 * i..8 * i + 8).and_then(arr);
+            b.map_or(F8::zero(), |b| U8::signed_bytes(b).to_f32())
+        })
     }
 }

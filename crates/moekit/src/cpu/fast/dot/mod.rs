@@ -9,9 +9,16 @@
 //! (Q4_1's min, the K-quants' mins, affine biases) once per block through the
 //! block sums of `x` ([`XSums`], computed once per activation row).
 //!
-//! The kernels are plain Rust over fixed-size lane arrays (32 codes, 16
-//! accumulator lanes) that LLVM vectorizes: fixed-size block views remove every
-//! bounds check, and [`fma`] maps to `vfmadd` when the build has FMA.
+//! The GGUF kernels and the 2/4/8-bit affine ones are written with the 8-lane
+//! vectors of [`simd`] (AVX2 + FMA intrinsics in the project's x86-64-v3
+//! build, plain arrays otherwise): codes are widened from bytes 8 at a time
+//! (`vpmovzxbd`), split with shifts and masks, converted and multiplied into
+//! per-block sums, which are scaled into two pairs of accumulators (even and
+//! odd blocks, so no accumulator waits on the previous block's multiply-add).
+//! The 3/5/6-bit affine and dense kernels are plain Rust over fixed-size
+//! lane arrays (32 codes, 16 accumulator lanes) that LLVM vectorizes: fixed-
+//! size block views remove every bounds check, and [`fma`] maps to `vfmadd`
+//! when the build has FMA.
 //! Formats without a fused kernel (mlx-native u8 codes, rows whose bytes are
 //! not 2-aligned) decode into a scratch row and use
 //! [`dot`](super::gather_mm::dot).
@@ -20,6 +27,7 @@ mod affine;
 mod ggml;
 mod kquant;
 mod legacy;
+mod simd;
 
 use super::gather_mm::dot;
 use crate::error::Result;
@@ -46,21 +54,6 @@ fn fma(a: f32, b: f32, c: f32) -> f32 {
         a.mul_add(b, c)
     } else {
         a * b + c
-    }
-}
-
-/// `acc += lo·Σ_{j<16} q[j]·x[j] + hi·Σ_{j≥16} q[j]·x[j]`, lane-wise: each
-/// half's two 8-lane products are summed first, then scaled into its own
-/// accumulator register (pass the same scale twice for a 32-weight group).
-#[inline(always)]
-fn scaled_fma(acc: &mut Acc, lo: f32, hi: f32, q: &[f32; L], x: &[f32; L]) {
-    for j in 0..8 {
-        acc[j] = fma(lo, fma(q[8 + j], x[8 + j], q[j] * x[j]), acc[j]);
-        acc[8 + j] = fma(
-            hi,
-            fma(q[24 + j], x[24 + j], q[16 + j] * x[16 + j]),
-            acc[8 + j],
-        );
     }
 }
 
@@ -238,10 +231,13 @@ fn arr<T, const N: usize>(s: &[T]) -> Option<&[T; N]> {
 }
 
 /// Sums of one activation row over consecutive blocks of 16, 32, 64 and 128
-/// (a shorter tail block is summed as is).
+/// (a shorter tail block is summed as is), and the row permuted for the
+/// byte-wise affine kernels ([`XSums::permuted`]).
 pub struct XSums {
     /// Sums over blocks of 16, 32, 64, 128.
     by_size: [Vec<f32>; 4],
+    /// The row permuted for 2 and 4 codes per byte.
+    perm: [Vec<f32>; 2],
 }
 
 impl XSums {
@@ -254,6 +250,7 @@ impl XSums {
         let s128 = pairs(&s64);
         XSums {
             by_size: [s16, s32, s64, s128],
+            perm: [permute(x, 2), permute(x, 4)],
         }
     }
 
@@ -269,6 +266,36 @@ impl XSums {
         };
         self.by_size.get(i).map_or(&[], |v| v.as_slice())
     }
+
+    /// The row in the order of `c` codes per byte (2 or 4; empty
+    /// otherwise): in each run of `8c` values, value `c·m + t` moves to
+    /// `8t + m`, the order in which the kernels widen the codes of 8 bytes
+    /// (code `t` of the 8 bytes into one vector).
+    #[inline]
+    fn permuted(&self, c: usize) -> &[f32] {
+        let i = match c {
+            2 => 0,
+            4 => 1,
+            _ => return &[],
+        };
+        self.perm.get(i).map_or(&[], |v| v.as_slice())
+    }
+}
+
+/// `x` in the order of `c` codes per byte (see [`XSums::permuted`]); a
+/// tail shorter than `8c` is kept in order.
+fn permute(x: &[f32], c: usize) -> Vec<f32> {
+    let mut out = x.to_vec();
+    for (o, x) in out.chunks_exact_mut(8 * c).zip(x.chunks_exact(8 * c)) {
+        for (m, xm) in x.chunks_exact(c).enumerate() {
+            for (t, &v) in xm.iter().enumerate() {
+                if let Some(o) = o.get_mut(8 * t + m) {
+                    *o = v;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A fused kernel for one stored-row format.
