@@ -73,6 +73,9 @@ struct Report {
     dtype: String,
     threads: usize,
     read_bw_gb_per_s: f64,
+    /// CUDA only, for context: cuBLAS dense bf16 GEMM rate (n = 8192, f32
+    /// accumulation) measured in the same run; null on CPU or if it could not be measured.
+    bf16_gemm_tflops: Option<f64>,
     cases: Vec<CaseResult>,
 }
 
@@ -208,13 +211,21 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
             measure_read_bandwidth()?
         }
     };
+    let gemm_tflops = cuda.as_ref().and_then(|dev| {
+        let n = moekit::cuda::ops::bench::GEMM_N;
+        eprintln!("measuring {} bf16 GEMM rate (cuBLAS, n={n})...", dev.name());
+        moekit::cuda::ops::bench::bf16_gemm_tflops(dev, n)
+            .map_err(|e| eprintln!("warning: bf16 GEMM rate not measured: {e}"))
+            .ok()
+    });
+    let gemm_note = gemm_tflops.map_or(String::new(), |r| format!(", bf16 GEMM {r:.1} TFLOP/s"));
     let dev_name = cuda
         .as_ref()
         .map_or(format!("{device} ({threads} threads)"), |d| {
             format!("{device} ({})", d.name())
         });
     println!(
-        "preset {} (E={} k={} H={} I={}), device {dev_name}, activations {dtype}, read bandwidth {bw:.1} GB/s",
+        "preset {} (E={} k={} H={} I={}), device {dev_name}, activations {dtype}, read bandwidth {bw:.1} GB/s{gemm_note}",
         preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
     );
     println!(
@@ -364,6 +375,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
             dtype: dtype.to_string(),
             threads,
             read_bw_gb_per_s: bw,
+            bf16_gemm_tflops: gemm_tflops,
             cases,
         };
         std::fs::write(path, serde_json::to_string_pretty(&report)?)

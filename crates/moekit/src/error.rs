@@ -57,6 +57,15 @@ pub enum Error {
         #[source]
         source: cudarc::driver::DriverError,
     },
+    /// A cuBLAS call failed.
+    #[error("cuBLAS error in {op}: {source}")]
+    Cublas {
+        /// What moekit was doing (e.g. `cublasGemmEx (bf16_gemm_tflops)`).
+        op: &'static str,
+        /// cuBLAS's status.
+        #[source]
+        source: cudarc::cublas::result::CublasError,
+    },
     /// NVRTC rejected a kernel; `log` is NVRTC's formatted log.
     #[error("NVRTC could not compile kernel `{kernel}` for {arch}:\n{log}")]
     Compile {
@@ -120,6 +129,13 @@ pub(crate) fn unsupported(op: &'static str, what: impl Display) -> Error {
         op,
         what: what.to_string(),
     }
+}
+
+/// Wraps a cuBLAS error with the op it came from.
+pub(crate) fn cublas_err(
+    op: &'static str,
+) -> impl FnOnce(cudarc::cublas::result::CublasError) -> Error {
+    move |source| Error::Cublas { op, source }
 }
 
 /// Wraps a driver error with the op it came from.
