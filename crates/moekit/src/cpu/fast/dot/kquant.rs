@@ -9,7 +9,7 @@
 //! block sums of `x`. The super-block scales `d`, `dmin` are often subnormal
 //! f16, so they are widened without branches.
 
-use super::simd::{F8, U8};
+use super::simd::{whole, F8, U8};
 use super::{arr, f16_to_f32, fma, XSums};
 use crate::format::ggml::blocks::{
     q3k_scales, BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, QK_K,
@@ -51,20 +51,6 @@ fn halves(q: [F8; 4], x: &[f32; 32]) -> (F8, F8) {
         q[1].fma(xv(1), q[0].mul(xv(0))),
         q[3].fma(xv(3), q[2].mul(xv(2))),
     )
-}
-
-/// `Σ q·x` of a 32-weight slice, by lane, in one chain.
-#[inline(always)]
-fn whole(q: [F8; 4], x: &[f32; 32]) -> F8 {
-    let xv = |i: usize| {
-        x.get(8 * i..8 * i + 8)
-            .and_then(arr)
-            .map_or(F8::zero(), F8::load)
-    };
-    let p = q[0].mul(xv(0));
-    let p = q[1].fma(xv(1), p);
-    let p = q[2].fma(xv(2), p);
-    q[3].fma(xv(3), p)
 }
 
 /// The 32 bytes as four vectors of 8 lanes.

@@ -9,7 +9,7 @@
 //! `m·Σx` (with `m = d·OFFSET` for the types without a min) to the offset,
 //! from the block sums of `x`.
 
-use super::simd::{f16_pair, F8, U8};
+use super::simd::{f16_pair, whole, F8, U8};
 use super::{arr, fma, XSums, L};
 use crate::format::ggml::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use bytemuck::Pod;
@@ -75,16 +75,7 @@ pub(super) fn dot_blocks<B: Block32>(bytes: &[u8], x: &[f32], xs: &XSums) -> Opt
 #[inline(always)]
 fn block_fma<B: Block32>(b: &B, x: &[f32; L], s: f32, acc: &mut F8, off: &mut f32) {
     let (d, m) = b.dm();
-    let q = b.codes();
-    let xv = |i: usize| {
-        x.get(8 * i..8 * i + 8)
-            .and_then(arr)
-            .map_or(F8::zero(), F8::load)
-    };
-    let p = q[0].mul(xv(0));
-    let p = q[1].fma(xv(1), p);
-    let p = q[2].fma(xv(2), p);
-    let p = q[3].fma(xv(3), p);
+    let p = whole(b.codes(), x);
     *acc = F8::splat(d).fma(p, *acc);
     let m = if B::HAS_MIN { m } else { d };
     *off = fma(m, s, *off);

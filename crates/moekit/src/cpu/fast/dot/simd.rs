@@ -11,6 +11,20 @@
 
 pub(super) use imp::{f16_pair, F8, U8};
 
+/// `Σ q·x` of a 32-weight slice, by lane, in one chain.
+#[inline(always)]
+pub(super) fn whole(q: [F8; 4], x: &[f32; 32]) -> F8 {
+    let xv = |i: usize| {
+        x.get(8 * i..8 * i + 8)
+            .and_then(super::arr)
+            .map_or(F8::zero(), F8::load)
+    };
+    let p = q[0].mul(xv(0));
+    let p = q[1].fma(xv(1), p);
+    let p = q[2].fma(xv(2), p);
+    q[3].fma(xv(3), p)
+}
+
 #[cfg(all(
     target_arch = "x86_64",
     target_feature = "avx2",
