@@ -152,7 +152,6 @@ struct Tiles {
     gu_rows: usize,
     down_rows: usize,
     down_room: usize,
-    route_warps: usize,
 }
 
 fn tiles(gate: (usize, usize), down: (usize, usize)) -> Tiles {
@@ -174,35 +173,22 @@ fn tiles(gate: (usize, usize), down: (usize, usize)) -> Tiles {
         gu_rows,
         down_rows,
         down_room: tile_room(down_rows, down),
-        route_warps: 0,
     }
 }
 
-/// The call's shape: what the kernels' shared memory depends on.
-struct Shape {
-    t: usize,
-    k: usize,
-    e: usize,
-    max_active: usize,
+/// One call's launch plan: tile sizes, routing warps of the last route
+/// block, and the dynamic shared memory of the three kernels.
+struct Plan {
+    tiles: Tiles,
+    route_warps: usize,
+    smem: [usize; 3],
 }
 
-impl Shape {
-    fn of(block: &MoeBlock, t: usize) -> Shape {
-        let p = block.parts();
-        let (e, k) = (p.router.n_experts, p.router.top_k);
-        Shape {
-            t,
-            k,
-            e,
-            max_active: (t * k).min(e),
-        }
-    }
-}
-
-/// Tile sizes and dynamic shared memory of the three kernels for `block` at
-/// `s`; `None` where the decode kernels cannot hold it.
-fn plan(block: &MoeBlock, s: &Shape) -> Option<(Tiles, [usize; 3])> {
+/// The plan for `block` at `t` tokens (k slots each, E experts); `None`
+/// where the decode kernels cannot hold it.
+fn plan(block: &MoeBlock, t: usize) -> Option<Plan> {
     let p = block.parts();
+    let (e, k) = (p.router.n_experts, p.router.top_k);
     let [(g, _), _] = p.gate_up.sources();
     let (mut gate, mut down) = (row_sizes(g), row_sizes(&p.down));
     if let Some(sh) = &p.shared {
@@ -211,47 +197,56 @@ fn plan(block: &MoeBlock, s: &Shape) -> Option<(Tiles, [usize; 3])> {
         gate = (gate.0.max(a.0), gate.1.max(a.1));
         down = (down.0.max(b.0), down.1.max(b.1));
     }
-    let mut t = tiles(gate, down);
+    let tl = tiles(gate, down);
     // Routing warps of the last route block: 3·E floats each.
-    t.route_warps = (48 * 1024 / (12 * s.e.max(1))).min(ROUTE_WARPS);
-    let route = (t.route_warps * 3 * s.e).max(s.e + 1) * 4 + s.t * s.k * 4;
-    let h = block.hidden();
+    let route_warps = (48 * 1024 / (12 * e.max(1))).min(ROUTE_WARPS);
+    let route = (route_warps * 3 * e).max(e + 1) * 4 + t * k * 4;
     // Tiles, GU_TG staged x rows (padded to 32) and their sums per 16 or more.
-    let hp = h.div_ceil(32) * 32;
-    let gu = 2 * tile_room(t.gu_rows, gate) + GU_TG * (hp + hp / 16) * 4;
-    let slots = s.t * s.k + s.t;
-    let dn = DOWN_RING * t.down_room
-        + slots * t.down_rows * 4
-        + (3 * (s.max_active + 1) + s.t * s.k) * 4;
-    let ok = t.route_warps > 0 && [route, gu, dn].iter().all(|&b| b <= SMEM_LIMIT);
-    ok.then_some((t, [route, gu, dn]))
+    let hp = block.hidden().div_ceil(32) * 32;
+    let gu = 2 * tile_room(tl.gu_rows, gate) + GU_TG * (hp + hp / 16) * 4;
+    let slots = t * k + t;
+    let max_active = (t * k).min(e);
+    let dn =
+        DOWN_RING * tl.down_room + slots * tl.down_rows * 4 + (3 * (max_active + 1) + t * k) * 4;
+    let smem = [route, gu, dn];
+    let ok = route_warps > 0 && smem.iter().all(|&b| b <= SMEM_LIMIT);
+    ok.then_some(Plan {
+        tiles: tl,
+        route_warps,
+        smem,
+    })
 }
 
-/// Whether the decode path runs `block` on `x`: a CUDA tensor of 1 to
-/// [`MAX_TOKENS`] rows, every routed and shared expert matrix in one format,
-/// the shared-expert gate (if any) in the router's format, and tiles that
-/// fit the kernels' shared memory.
-pub fn supports(block: &MoeBlock, x: &Tensor) -> bool {
+/// The plan for running `block` on `x` when the decode path applies: a CUDA
+/// tensor of 1 to [`MAX_TOKENS`] rows, every routed and shared expert matrix
+/// in one format, the shared-expert gate (if any) in the router's format,
+/// and tiles that fit the kernels' shared memory.
+fn plan_for(block: &MoeBlock, x: &Tensor) -> Option<Plan> {
     let p = block.parts();
     let t = x.shape().first().copied().unwrap_or(0);
     if !matches!(x.device(), crate::Device::Cuda(_)) || x.rank() != 2 || t == 0 || t > MAX_TOKENS {
-        return false;
+        return None;
     }
-    if plan(block, &Shape::of(block, t)).is_none() {
-        return false;
-    }
-    let Ok(f) = ftype(&p.down) else { return false };
+    let f = ftype(&p.down).ok()?;
     let mut experts: Vec<&QuantWeights> = p.gate_up.sources().iter().map(|x| x.0).collect();
     if let Some(s) = &p.shared {
         experts.extend(s.gate_up.sources().iter().map(|x| x.0));
         experts.push(&s.down);
         if let Some(g) = &s.gate {
             if ftype(g).ok() != ftype(&p.router_weight).ok() {
-                return false;
+                return None;
             }
         }
     }
-    experts.iter().all(|w| ftype(w).ok().as_ref() == Some(&f))
+    if !experts.iter().all(|w| ftype(w).ok().as_ref() == Some(&f)) {
+        return None;
+    }
+    plan(block, t)
+}
+
+/// Whether the decode path runs `block` on `x` (see [`plan_for`]).
+pub fn supports(block: &MoeBlock, x: &Tensor) -> bool {
+    plan_for(block, x).is_some()
 }
 
 /// Every instance the decode path can request.
@@ -298,13 +293,14 @@ fn dw(w: &QuantWeights, row_offset: usize) -> Result<DecodeW> {
 /// call only where [`supports`] holds.
 pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
     const OP: &str = "moe_decode";
-    ensure(
-        supports(block, x),
-        OP,
-        "block",
-        "a block and input the decode path supports",
-        "another",
-    )?;
+    let Some(plan) = plan_for(block, x) else {
+        return Err(crate::error::invalid(
+            OP,
+            "block",
+            "a block and input the decode path supports",
+            "another",
+        ));
+    };
     let p = block.parts();
     let xb = x.cuda_bytes()?;
     let dev = xb.device().clone();
@@ -321,16 +317,8 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
     let si = p.shared.as_ref().map_or(0, |s| s.gate_up.intermediate());
     // act rows are lane-major in blocks of 32 chunks (≤ 32 · 32 values).
     let stride = i.max(si).div_ceil(1024) * 1024;
-    let shape = Shape::of(block, t);
-    let max_active = shape.max_active;
-    let Some((tl, smem)) = plan(block, &shape) else {
-        return Err(crate::error::invalid(
-            OP,
-            "block",
-            "tiles that fit the decode kernels' shared memory",
-            "a larger block",
-        ));
-    };
+    let max_active = (t * k).min(e);
+    let (tl, smem) = (plan.tiles, plan.smem);
     // decode_down writes every element of `out`.
     let out = Tensor::from_cuda_bytes(
         x.dtype(),
@@ -423,7 +411,7 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
         rsf,
         act_stride: stride as u32,
         max_active: max_active as u32,
-        route_warps: tl.route_warps as u32,
+        route_warps: plan.route_warps as u32,
         gu_rows: tl.gu_rows as u32,
         down_rows: tl.down_rows as u32,
         down_room: tl.down_room as u32,
