@@ -4,6 +4,7 @@
 use crate::presets::{self, Preset};
 use indicatif::{ProgressBar, ProgressStyle};
 use moekit::format::random::random_weights;
+use moekit::moe::MoePath;
 use moekit::moe::{MoeBlock, MoeBlockParts, SharedExpert};
 use moekit::ops::act::GateUp;
 use moekit::ops::route::RouterConfig;
@@ -39,6 +40,10 @@ pub struct BenchArgs {
     /// Seed of the synthetic weights and inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Which implementation runs the block: auto (the planner's choice),
+    /// general, decode or tc (tensor cores).
+    #[arg(long, default_value = "auto")]
+    pub path: String,
     /// Minimum measuring time per case, in seconds (at least 5 repeats).
     #[arg(long, default_value_t = 1.0)]
     pub min_time: f64,
@@ -54,7 +59,13 @@ struct CaseResult {
     gb_per_s: f64,
     pct_of_read_bw: f64,
     gflop_per_s: f64,
-    /// weight_bytes / read bandwidth: the time at the roofline.
+    /// The path that ran (auto: the planner's choice).
+    path: String,
+    /// weight_bytes / read bandwidth measured in the same run.
+    floor_bytes_ms: f64,
+    /// FLOPs / bf16 GEMM rate measured in the same run (CUDA only).
+    floor_flops_ms: Option<f64>,
+    /// max(floor_bytes_ms, floor_flops_ms): the time at the roofline.
     floor_ms: f64,
     /// median_ms / floor_ms.
     x_floor: f64,
@@ -193,6 +204,13 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         .filter(|d| d.is_float())
         .ok_or_else(|| format!("--dtype must be f32, f16 or bf16, got {:?}", a.dtype))?;
     let formats = parse_formats(&a.format)?;
+    let path = match a.path.as_str() {
+        "auto" => MoePath::Auto,
+        "general" => MoePath::General,
+        "decode" => MoePath::Decode,
+        "tc" => MoePath::TensorCore,
+        p => return Err(format!("--path must be auto, general, decode or tc, got {p:?}").into()),
+    };
     if a.tokens.is_empty() || a.tokens.contains(&0) {
         return Err("--tokens needs positive token counts, e.g. 1,32,512".into());
     }
@@ -229,7 +247,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
     );
     println!(
-        "{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9} {:>7} {:>9} {:>6}% {:>8}",
+        "{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9} {:>7} {:>9} {:>6}% {:>8} {:>7} {}",
         "format",
         "T",
         "median ms",
@@ -240,7 +258,9 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         "x floor",
         "graph ms",
         "bw g",
-        "launches"
+        "launches",
+        "g x flr",
+        "path"
     );
     let mut cases = Vec::new();
     for format in formats {
@@ -279,7 +299,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                     .map(|_| rng.random::<f32>() * 2.0 - 1.0)
                     .collect();
                 let x = Tensor::from_f32(&xv, &[t, preset.hidden], dtype)?.to_device(device)?;
-                let trace = block.forward_on(backend, &x)?;
+                let trace = block.forward_with(backend, path, &x)?;
                 bytes += block.weight_bytes_touched(&trace.routing)?;
                 xs.push(x);
             }
@@ -294,12 +314,12 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                 Some(dev) => {
                     let reps = 5 * INPUTS;
                     let ms = moekit::cuda::ops::bench::time_ms(dev, reps, || {
-                        block.forward_on(backend, x_next()).map(drop)
+                        block.forward_with(backend, path, x_next()).map(drop)
                     })?;
                     (ms * 1e-3, reps)
                 }
                 None => time_median(a.min_time, || {
-                    black_box(block.forward_on(backend, x_next())?);
+                    black_box(block.forward_with(backend, path, x_next())?);
                     Ok(())
                 })?,
             };
@@ -310,7 +330,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                     for x in &xs {
                         let mut out = Tensor::zeros_on(dtype, &[t, preset.hidden], device)?;
                         let step = |out: &mut Tensor| -> moekit::Result<()> {
-                            out.copy_from(&block.forward_on(backend, x)?.out)
+                            out.copy_from(&block.forward_with(backend, path, x)?.out)
                         };
                         let before = moekit::cuda::ops::launch_count();
                         step(&mut out)?;
@@ -329,17 +349,23 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                 }
                 None => (None, None),
             };
-            let floor_ms = bytes as f64 / (bw * 1e9) * 1e3;
+            let floor_bytes_ms = bytes as f64 / (bw * 1e9) * 1e3;
+            let floor_flops_ms = gemm_tflops.map(|r| block.flops(t) as f64 / (r * 1e12) * 1e3);
+            let floor_ms = floor_bytes_ms.max(floor_flops_ms.unwrap_or(0.0));
+            let ran = moekit::plan::plan(block.parts(), backend, &xs[0], path)?.path;
             let gbs = bytes as f64 / secs / 1e9;
             let r = CaseResult {
                 format: format.to_string(),
                 tokens: t,
                 median_ms: secs * 1e3,
                 repeats,
+                path: format!("{ran:?}"),
                 weight_bytes: bytes,
                 gb_per_s: gbs,
                 pct_of_read_bw: 100.0 * gbs / bw,
                 gflop_per_s: block.flops(t) as f64 / secs / 1e9,
+                floor_bytes_ms,
+                floor_flops_ms,
                 floor_ms,
                 x_floor: secs * 1e3 / floor_ms,
                 graph_ms,
@@ -352,7 +378,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                 v.map_or(format!("{:>w$}", "-"), |v| format!("{v:>w$.p$}"))
             };
             println!(
-                "{:<14} {:>6} {:>10.3} {:>12.1} {:>9.2} {:>6.1}% {:>9.2} {:>7.1} {} {} {:>8}",
+                "{:<14} {:>6} {:>10.3} {:>12.1} {:>9.2} {:>6.1}% {:>9.2} {:>7.1} {} {} {:>8} {:>7} {}",
                 r.format,
                 t,
                 r.median_ms,
@@ -363,7 +389,9 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                 r.x_floor,
                 opt(r.graph_ms, 9, 4),
                 opt(r.graph_pct_of_read_bw, 6, 1),
-                r.launches.map_or("-".to_string(), |l| l.to_string())
+                r.launches.map_or("-".to_string(), |l| l.to_string()),
+                opt(r.graph_x_floor, 7, 2),
+                r.path
             );
             cases.push(r);
         }

@@ -24,6 +24,7 @@ enum ErrorBits : u32 {
   ERR_EXPERT_ID = 1u,   // an expert id >= n_experts
   ERR_OFFSETS = 2u,     // expert offsets not monotone / out of range
   ERR_SLOT = 4u,        // a sort slot or position out of range
+  ERR_CONFIG = 8u,      // a launch the kernel instance does not fit (shared memory, P)
 };
 
 __device__ __forceinline__ void report(u32* err, u32 bit) { atomicOr(err, bit); }

@@ -163,6 +163,24 @@ struct QRow {
 template <typename T> struct is_void { static constexpr bool value = false; };
 template <> struct is_void<void> { static constexpr bool value = true; };
 
+// F's scale type, or u8 for formats without scale tensors (so that sizeof is
+// always valid; only used where F::Scale is not void).
+template <typename S> struct aux_of { typedef S type; };
+template <> struct aux_of<void> { typedef u8 type; };
+template <typename F> struct aux_t { typedef typename aux_of<typename F::Scale>::type type; };
+
+// One weight source: a [E, rows, K] tensor of the kernel's format; the kernel
+// uses rows row_offset .. row_offset + N of each expert.
+struct WeightSrc {
+  const u8* data;
+  const u8* scales;   // affine only, else null
+  const u8* biases;
+  u32 rows;           // rows per expert
+  u32 row_offset;
+};
+static_assert(sizeof(WeightSrc) == 32, "WeightSrc layout");
+
+
 // Row `row` (= expert · rows + n) of a weight tensor of format F.
 template <typename F>
 __device__ __forceinline__ QRow make_row(const u8* data, const u8* scales, const u8* biases, u64 row, u32 k, u32 group_shift) {

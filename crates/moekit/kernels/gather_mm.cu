@@ -17,17 +17,6 @@
 
 namespace moekit {
 
-// One weight source: a [E, rows, K] tensor of the kernel's format; the kernel
-// uses rows row_offset .. row_offset + N of each expert.
-struct WeightSrc {
-  const u8* data;
-  const u8* scales;   // affine only, else null
-  const u8* biases;
-  u32 rows;           // rows per expert
-  u32 row_offset;
-};
-static_assert(sizeof(WeightSrc) == 32, "WeightSrc layout");
-
 // How rows of x find their expert.
 enum RowMode : u32 {
   ROWS_PER_ROW = 0,   // experts = u32 ids [M]

@@ -32,6 +32,7 @@ pub mod load;
 pub mod moe;
 pub mod npy;
 pub mod ops;
+pub mod plan;
 pub mod tensor;
 
 pub use device::{Backend, Device};

@@ -13,37 +13,12 @@ use crate::error::{ensure, Result};
 use crate::format::QuantWeights;
 use crate::ops::act::{gather_swiglu_on, GateUp};
 use crate::ops::gather_mm::{gather_mm_on, qmm_on, RowExperts};
+pub use crate::ops::parts::{MoeBlockParts, SharedExpert};
 use crate::ops::permute::{permute_on, unpermute_on};
-use crate::ops::route::{route_on, RouterConfig, Routing};
+use crate::ops::route::{route_on, Routing};
 use crate::ops::sort::expert_sort_on;
 use crate::ops::{check_float, check_shape};
 use crate::tensor::Tensor;
-
-/// A shared (always-on) expert, as in Qwen2-MoE, Qwen3-Next and DeepSeek.
-#[derive(Debug, Clone)]
-pub struct SharedExpert {
-    /// Gate and up weights, one expert: `[1, Is, H]`.
-    pub gate_up: GateUp,
-    /// Down weights `[1, H, Is]`.
-    pub down: QuantWeights,
-    /// Optional sigmoid gate `[1, 1, H]`: output × sigmoid(x · g).
-    pub gate: Option<QuantWeights>,
-}
-
-/// Everything an MoE block is made of.
-#[derive(Debug, Clone)]
-pub struct MoeBlockParts {
-    /// Routing rule, E and k.
-    pub router: RouterConfig,
-    /// Router weights, one matrix `[1, E, H]`.
-    pub router_weight: QuantWeights,
-    /// Routed experts' gate and up weights `[E, I, H]`.
-    pub gate_up: GateUp,
-    /// Routed experts' down weights `[E, H, I]`.
-    pub down: QuantWeights,
-    /// Optional shared expert.
-    pub shared: Option<SharedExpert>,
-}
 
 /// A validated MoE block.
 #[derive(Debug, Clone)]
@@ -51,18 +26,7 @@ pub struct MoeBlock {
     p: MoeBlockParts,
 }
 
-/// Which implementation of the block runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MoePath {
-    /// The fused decode path where it applies (CUDA, T ≤ 64, one expert
-    /// format), else the general path.
-    Auto,
-    /// Op by op: route, sort, permute, grouped matmuls, combine.
-    General,
-    /// The three-launch fused decode path (`cuda::ops::decode`); an error
-    /// where it does not apply.
-    Decode,
-}
+pub use crate::plan::MoePath;
 
 /// Intermediate results of a forward pass (for tests and benchmarks).
 #[derive(Debug, Clone)]
@@ -181,23 +145,18 @@ impl MoeBlock {
     /// Runs the block with an explicit backend and path.
     pub fn forward_with(&self, backend: Backend, path: MoePath, x: &Tensor) -> Result<MoeTrace> {
         const OP: &str = "MoeBlock::forward";
-        let decode = backend == Backend::Cuda && crate::cuda::ops::decode::supports(self, x);
-        match path {
-            MoePath::Decode if !decode => {
-                return Err(crate::error::invalid(
-                    OP,
-                    "path",
-                    "a CUDA input of 1..=64 tokens and one expert format (decode path)",
-                    format!("{backend:?}, {:?}", x.shape()),
-                ))
+        check_float(OP, "x", x, 2)?;
+        match crate::plan::plan(&self.p, backend, x, path)?.path {
+            MoePath::Decode => {
+                let (routing, out) = crate::cuda::ops::decode::forward(&self.p, x)?;
+                return Ok(MoeTrace { routing, out });
             }
-            MoePath::Decode | MoePath::Auto if decode => {
-                check_float(OP, "x", x, 2)?;
-                return crate::cuda::ops::decode::forward(self, x);
+            MoePath::TensorCore => {
+                let (routing, out) = crate::cuda::ops::tc_moe::forward(&self.p, x)?;
+                return Ok(MoeTrace { routing, out });
             }
             _ => {}
         }
-        check_float(OP, "x", x, 2)?;
         let h = self.hidden();
         ensure(
             x.shape()[1] == h,

@@ -270,6 +270,24 @@ impl Tensor {
         }
     }
 
+    /// A tensor on `device` whose contents are unspecified until written
+    /// (zeros on the CPU; no memset on a GPU): scratch that kernels fill.
+    pub(crate) fn uninit_on(dtype: DType, shape: &[usize], device: Device) -> Result<Tensor> {
+        match device {
+            Device::Cpu => Ok(Tensor::zeros(dtype, shape)),
+            Device::Cuda(n) => {
+                let dev = crate::cuda::device(n)?;
+                let b =
+                    crate::cuda::storage::CudaBytes::uninit(&dev, numel_of(shape) * dtype.size())?;
+                Ok(Tensor {
+                    dtype,
+                    shape: shape.to_vec(),
+                    storage: Storage::Cuda(b),
+                })
+            }
+        }
+    }
+
     /// A copy on `device` (the same tensor if it is already there).
     pub fn to_device(&self, device: Device) -> Result<Tensor> {
         if device == self.device() {

@@ -39,6 +39,10 @@ pub static HEADERS: &[Source] = &[
         text: include_str!("../../kernels/dequant.cuh"),
     },
     Source {
+        name: "moekit/pipe.cuh",
+        text: include_str!("../../kernels/pipe.cuh"),
+    },
+    Source {
         name: "moekit/route.cuh",
         text: include_str!("../../kernels/route.cuh"),
     },

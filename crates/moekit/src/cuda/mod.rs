@@ -55,19 +55,24 @@ pub struct CudaDevice {
     stream: Arc<CudaStream>,
     arch: Arch,
     sm_count: u32,
+    smem_optin: usize,
     name: String,
     jit: jit::Jit,
     err: CudaSlice<u32>,
 }
 
 /// Bits of the device error word (kernels/common.cuh: `ErrorBits`).
-const ERROR_BITS: [(u32, &str); 3] = [
+const ERROR_BITS: [(u32, &str); 4] = [
     (1, "an expert id was >= n_experts (those rows were skipped)"),
     (
         2,
         "expert offsets were not non-decreasing from 0 to the row count (those rows were skipped)",
     ),
     (4, "a sort slot or position was out of range (skipped)"),
+    (
+        8,
+        "a kernel was launched with a configuration its instance does not fit (nothing computed; a moekit bug)",
+    ),
 ];
 
 impl std::fmt::Debug for CudaDevice {
@@ -95,6 +100,11 @@ impl CudaDevice {
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )
             .map_err(cuda_err("device attribute"))?;
+        let smem_optin = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )
+            .map_err(cuda_err("device attribute"))?;
         let name = ctx.name().map_err(cuda_err("device name"))?;
         let stream = ctx.new_stream().map_err(cuda_err("new_stream"))?;
         // Word 0: the error word; word 1: the decode path's ticket counter.
@@ -111,6 +121,7 @@ impl CudaDevice {
                 minor: minor as u32,
             },
             sm_count: sm_count as u32,
+            smem_optin: smem_optin.max(0) as usize,
             name,
             jit: jit::Jit::new(),
         })
@@ -127,6 +138,10 @@ impl CudaDevice {
     /// Number of streaming multiprocessors.
     pub fn sm_count(&self) -> u32 {
         self.sm_count
+    }
+    /// Most shared memory one block may opt in to (bytes).
+    pub fn smem_optin(&self) -> usize {
+        self.smem_optin
     }
     /// Marketing name (`NVIDIA H200`).
     pub fn name(&self) -> &str {

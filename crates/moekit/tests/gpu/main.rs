@@ -14,3 +14,4 @@ mod moe;
 mod norm_act;
 mod permute;
 mod route_sort;
+mod tc;

@@ -3,7 +3,7 @@
 //! weighted combine — with no host synchronization (capturable in a graph).
 //!
 //! [`supports`] says when it applies (the block picks it in
-//! `MoeBlock::forward_on`); [`forward`] runs it.
+//! `crate::plan`); [`forward`] runs it.
 
 use super::gather_mm::{format_type, group_shift, weight_src};
 use super::route::rule_params;
@@ -11,7 +11,8 @@ use super::{ctype, launch, Geometry, FLOAT_DTYPES};
 use crate::cuda::jit::Source;
 use crate::error::{ensure, Result};
 use crate::format::{QuantWeights, WeightFormat};
-use crate::moe::MoeBlock;
+use crate::ops::parts::MoeBlockParts;
+use crate::ops::route::Routing;
 use crate::ops::route::{RouterKind, Scoring};
 use crate::tensor::Tensor;
 use crate::DType;
@@ -186,8 +187,7 @@ struct Plan {
 
 /// The plan for `block` at `t` tokens (k slots each, E experts); `None`
 /// where the decode kernels cannot hold it.
-fn plan(block: &MoeBlock, t: usize) -> Option<Plan> {
-    let p = block.parts();
+fn plan(p: &MoeBlockParts, t: usize) -> Option<Plan> {
     let (e, k) = (p.router.n_experts, p.router.top_k);
     let [(g, _), _] = p.gate_up.sources();
     let (mut gate, mut down) = (row_sizes(g), row_sizes(&p.down));
@@ -202,7 +202,7 @@ fn plan(block: &MoeBlock, t: usize) -> Option<Plan> {
     let route_warps = (48 * 1024 / (12 * e.max(1))).min(ROUTE_WARPS);
     let route = (route_warps * 3 * e).max(e + 1) * 4 + t * k * 4;
     // Tiles, GU_TG staged x rows (padded to 32) and their sums per 16 or more.
-    let hp = block.hidden().div_ceil(32) * 32;
+    let hp = p.hidden().div_ceil(32) * 32;
     let gu = 2 * tile_room(tl.gu_rows, gate) + GU_TG * (hp + hp / 16) * 4;
     let slots = t * k + t;
     let max_active = (t * k).min(e);
@@ -221,8 +221,7 @@ fn plan(block: &MoeBlock, t: usize) -> Option<Plan> {
 /// tensor of 1 to [`MAX_TOKENS`] rows, every routed and shared expert matrix
 /// in one format, the shared-expert gate (if any) in the router's format,
 /// and tiles that fit the kernels' shared memory.
-fn plan_for(block: &MoeBlock, x: &Tensor) -> Option<Plan> {
-    let p = block.parts();
+fn plan_for(p: &MoeBlockParts, x: &Tensor) -> Option<Plan> {
     let t = x.shape().first().copied().unwrap_or(0);
     if !matches!(x.device(), crate::Device::Cuda(_)) || x.rank() != 2 || t == 0 || t > MAX_TOKENS {
         return None;
@@ -241,12 +240,12 @@ fn plan_for(block: &MoeBlock, x: &Tensor) -> Option<Plan> {
     if !experts.iter().all(|w| ftype(w).ok().as_ref() == Some(&f)) {
         return None;
     }
-    plan(block, t)
+    plan(p, t)
 }
 
 /// Whether the decode path runs `block` on `x` (see [`plan_for`]).
-pub fn supports(block: &MoeBlock, x: &Tensor) -> bool {
-    plan_for(block, x).is_some()
+pub fn supports(p: &MoeBlockParts, x: &Tensor) -> bool {
+    plan_for(p, x).is_some()
 }
 
 /// Every instance the decode path can request.
@@ -291,9 +290,9 @@ fn dw(w: &QuantWeights, row_offset: usize) -> Result<DecodeW> {
 
 /// Runs `block` on `x` (`[T, H]`, T ≤ [`MAX_TOKENS`]) in three launches;
 /// call only where [`supports`] holds.
-pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
+pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
     const OP: &str = "moe_decode";
-    let Some(plan) = plan_for(block, x) else {
+    let Some(plan) = plan_for(p, x) else {
         return Err(crate::error::invalid(
             OP,
             "block",
@@ -301,16 +300,15 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
             "another",
         ));
     };
-    let p = block.parts();
     let xb = x.cuda_bytes()?;
     let dev = xb.device().clone();
     let (t, h) = (x.shape()[0], x.shape()[1]);
     let (e, k) = (p.router.n_experts, p.router.top_k);
     ensure(
-        h == block.hidden(),
+        h == p.hidden(),
         OP,
         "x",
-        format!("[T, {}]", block.hidden()),
+        format!("[T, {}]", p.hidden()),
         format!("{:?}", x.shape()),
     )?;
     let i = p.gate_up.intermediate();
@@ -479,7 +477,7 @@ pub fn forward(block: &MoeBlock, x: &Tensor) -> Result<crate::moe::MoeTrace> {
         ids: view(1, DType::U32, &[t, k])?,
         weights: view(2, DType::F32, &[t, k])?,
     };
-    Ok(crate::moe::MoeTrace { routing, out })
+    Ok((routing, out))
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ pub mod norm;
 pub mod permute;
 pub mod route;
 pub mod sort;
+pub mod tc_gemm;
+pub mod tc_moe;
 
 use super::jit::Source;
 use super::CudaDevice;
@@ -130,5 +132,6 @@ pub fn all_instances() -> Vec<(&'static Source, String)> {
     v.extend(sort::instances());
     v.extend(act::instances());
     v.extend(gather_mm::instances());
+    v.extend(tc_gemm::instances());
     v
 }

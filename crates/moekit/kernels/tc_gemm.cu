@@ -1,0 +1,461 @@
+// tc_gemm.cu — grouped expert GEMM on tensor cores (mma.sync m16n8k16,
+// sm_80+) over expert-sorted rows, for every weight format of
+// moekit/dequant.cuh:
+//
+//   P = 1:  y[r, n] = Σ_k A[r, k] · W[e(r), n, k]
+//   P = 2:  y[r, n] = silu(Σ_k A[r, k] · G[e(r), n, k]) · (Σ_k A[r, k] · U[e(r), n, k])
+//   P = 3:  y[r, n] = Σ_k A[r, k] · hi(W) + Σ_k A[r, k] · lo(W), W split into
+//           hi = T(W) and lo = T(W − hi): about 16 significant bits of an f32
+//           weight (the router, whose top-k choice should not move when its
+//           f32 weights are rounded to T); instantiated for dense f32 only.
+//
+// A row r is x[r], or x[gather[r] / gather_div] (the expert-sorted slot's
+// token: the permutation is read, never materialized). Rows are
+// expert-sorted: expert e owns rows offsets[e] .. offsets[e + 1] (or every
+// row uses expert 0 when offsets is null).
+//
+// Work: a block computes a BM × BN tile of y with 8 warps: BN = 128 (P = 1)
+// or 64 output columns, i.e. 128 weight rows (the gate rows, then the up
+// rows, for P = 2; the hi rows, then the lo rows, for P = 3). Tiles never straddle experts: blockIdx.y is the tile's index in
+// the list of every expert's ⌈rows / BM⌉ tiles, found by a block-wide scan of
+// the offsets (no host round trip; the grid is sized for the worst case,
+// ⌈M / BM⌉ + min(E, M) tiles, and blocks past the last tile exit).
+//
+// Pipeline along K in steps of BK = 64, one __syncthreads a step:
+//   * A tiles (BM × 64 of T) go to shared memory with cp.async, S stages;
+//   * the weights' packed bytes (raw: blocks, codes, scales and biases, the
+//     whole storage unit, KR = max(64, UNIT_W) columns at a time) go to
+//     shared memory with cp.async, RS stages;
+//   * one step ahead of the MMAs the block decodes the raw bytes of the next
+//     step through the format's decoder (`F::codes`, as every other path
+//     does) into a 128 × 64 tile of T: codes · scale + offset in f32, one
+//     rounding to T;
+//   * each warp runs ldmatrix + mma.sync on its WM × WN sub-tile, f32
+//     accumulators.
+// Every output element is a sum over k in the same order (k16 steps from
+// k = 0) whatever the tile size, the batch or the row's position: results
+// are deterministic and batch-invariant, and no split-K is used.
+//
+// Shared tiles of 64 columns of T are rows of 128 bytes: 8 units of 16 bytes,
+// unit u of row r stored at u ^ (r & 7) so that ldmatrix's 8 row addresses
+// hit 8 different bank groups.
+#include "moekit/dequant.cuh"
+#include "moekit/pipe.cuh"
+
+namespace moekit {
+
+struct TcParams {
+  const void* x;       // [x_rows, K] of T
+  const u32* gather;   // null: A row r = x[r]; else x[gather[r] / gather_div]
+  const u32* offsets;  // [E + 1] expert-sorted offsets; null: all rows use expert 0
+  void* out;           // [M, N] of T
+  u32* err;
+  u64 smem;            // dynamic shared memory the host gave (checked)
+  WeightSrc src[2];    // P = 1: src[0]; P = 2: gate, up
+  u32 m, n, k, n_experts;
+  u32 x_rows, gather_div, group_shift, p;  // p: P, checked against the instance
+};
+static_assert(sizeof(TcParams) == 144, "TcParams layout");
+
+constexpr int TC_THREADS = 256;   // 8 warps
+constexpr int TC_BROWS = 128;     // weight rows of a tile (P · BN)
+constexpr int TC_BK = 64;         // K columns a step
+constexpr int TC_S = 4;           // A stages
+constexpr u32 TC_NONE = 0xFFFFFFFFu;
+
+// Tile geometry of an instance (tc_gemm.rs: Geometry mirrors it).
+template <typename F, int BM>
+struct TcGeo {
+  static constexpr int WARPS_M = BM >= 32 ? 2 : 1;
+  static constexpr int WARPS_N = 8 / WARPS_M;
+  static constexpr int WM = BM / WARPS_M;          // rows per warp
+  static constexpr int WNR = TC_BROWS / WARPS_N;   // weight rows per warp
+  static constexpr int MI = WM / 16;               // m16 tiles per warp
+  static constexpr int NJ = WNR / 8;               // n8 tiles per warp
+  static_assert(MI >= 1 && NJ % 2 == 0, "warp tile");
+  static constexpr int KR = F::UNIT_W > TC_BK ? F::UNIT_W : TC_BK;  // raw columns a stage
+  static constexpr int RSTEPS = KR / TC_BK;                         // steps a raw stage feeds
+  static constexpr int RS = 1 + (TC_S - 2 + RSTEPS - 1) / RSTEPS;   // raw stages (see the loop)
+  static constexpr bool AUX = !is_void<typename F::Scale>::value;
+  static constexpr int AUX_ELEMS = KR / 32;                         // most groups a stage covers
+  static constexpr int DATA_BYTES = KR / F::UNIT_W * F::UNIT_BYTES; // a row's packed bytes a stage
+  static constexpr int ROOM_DATA = (DATA_BYTES + 30) & ~15;         // = stage_room
+  static constexpr int AUX_BYTES = AUX ? AUX_ELEMS * (int)sizeof(typename aux_t<F>::type) : 0;
+  static constexpr int ROOM_AUX = AUX ? (AUX_BYTES + 30) & ~15 : 0;
+  static constexpr int PITCH = ROOM_DATA + 2 * ROOM_AUX;            // a staged row
+  static constexpr int WORDS = (ROOM_DATA - 16) / 16 + 1;           // most 16-byte words a row's data takes
+  static constexpr int A_BYTES = BM * TC_BK * 2;
+  static constexpr int B_BYTES = TC_BROWS * TC_BK * 2;
+  static constexpr int RAW_BYTES = TC_BROWS * PITCH;
+  static constexpr int SMEM = TC_S * A_BYTES + 2 * B_BYTES + RS * RAW_BYTES;
+  static constexpr int W8 = F::CHUNK > 8 ? F::CHUNK : 8;            // weights a decode item
+};
+
+// Byte offset of unit u (16 bytes) of row r in a swizzled 64-column tile.
+__device__ __forceinline__ u32 swz(u32 r, u32 u) { return r * 128u + ((u ^ (r & 7u)) << 4); }
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32 (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <typename T> struct Mma;
+template <> struct Mma<__nv_bfloat16> {
+  __device__ static __forceinline__ void run(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static __forceinline__ u32 pack(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const u32*>(&v);
+  }
+  // v minus its rounding to T (exact in f32).
+  __device__ static __forceinline__ float residual(float v) { return v - __bfloat162float(__float2bfloat16_rn(v)); }
+};
+template <> struct Mma<__half> {
+  __device__ static __forceinline__ void run(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static __forceinline__ u32 pack(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const u32*>(&v);
+  }
+  __device__ static __forceinline__ float residual(float v) { return v - __half2float(__float2half_rn(v)); }
+};
+
+// The tile a block computes.
+struct TcTile {
+  u32 e, row0, rows;
+};
+
+// Finds this block's tile: blockIdx.y-th of the list of every expert's
+// ⌈rows / BM⌉ tiles (expert order). Bad offsets (not monotone, past M) give
+// their experts no tiles and are reported; so every row a tile names is < M.
+template <int BM>
+__device__ __forceinline__ TcTile find_tile(const TcParams& p, u32* scan) {
+  const u32 mt = blockIdx.y;
+  TcTile t;
+  if (p.offsets == nullptr) {
+    t.e = 0;
+    t.row0 = mt * BM;
+    t.rows = t.row0 < p.m ? min((u32)BM, p.m - t.row0) : 0;
+    return t;
+  }
+  const u32* off = p.offsets;
+  const u32 E = p.n_experts;
+  constexpr u32 EPT = 4;  // experts per thread: E ≤ 1024 (ops::sort)
+  const u32 e0 = threadIdx.x * EPT;
+  u32 cnt[EPT], local = 0;
+  bool bad = threadIdx.x == 0 && (E == 0 || off[0] != 0 || off[E] != p.m);
+#pragma unroll
+  for (u32 i = 0; i < EPT; ++i) {
+    const u32 e = e0 + i;
+    cnt[i] = 0;
+    if (e < E) {
+      const u32 a = off[e], b = off[e + 1];
+      const bool ok = a <= b && b <= p.m;
+      bad |= !ok;
+      cnt[i] = ok ? (b - a + BM - 1) / BM : 0;
+    }
+    local += cnt[i];
+  }
+  if (bad && blockIdx.x == 0) report(p.err, ERR_OFFSETS);
+  // Exclusive block scan of `local`.
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  u32 incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u32 v = __shfl_up_sync(0xffffffffu, incl, o);
+    if ((int)lane >= o) incl += v;
+  }
+  if (lane == 31) scan[warp] = incl;
+  if (threadIdx.x == 0) scan[8] = TC_NONE;
+  __syncthreads();
+  u32 before = incl - local;
+  for (u32 w = 0; w < warp; ++w) before += scan[w];
+  if (mt >= before && mt < before + local) {
+    u32 at = before;
+#pragma unroll
+    for (u32 i = 0; i < EPT; ++i) {
+      if (mt >= at && mt < at + cnt[i]) {
+        const u32 e = e0 + i;
+        const u32 row0 = off[e] + (mt - at) * BM;
+        scan[8] = e;
+        scan[9] = row0;
+        scan[10] = min((u32)BM, off[e + 1] - row0);
+      }
+      at += cnt[i];
+    }
+  }
+  __syncthreads();
+  t.e = scan[8];
+  t.row0 = scan[9];
+  t.rows = t.e == TC_NONE ? 0 : scan[10];
+  return t;
+}
+
+template <typename F, typename T, int P, int BM>
+__global__ void __launch_bounds__(TC_THREADS, 1) tc_gemm(const __grid_constant__ TcParams p) {
+  typedef TcGeo<F, BM> G;
+  extern __shared__ __align__(128) u8 smem[];
+  __shared__ u32 scan[12];
+  __shared__ u32 arow[BM];   // x row of each A row (TC_NONE: none)
+
+  {
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < (u32)G::SMEM || p.p != (u32)P) {
+      if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) report(p.err, ERR_CONFIG);
+      return;
+    }
+  }
+  const TcTile tile = find_tile<BM>(p, scan);
+  if (tile.rows == 0) return;
+
+  u8* const a_sm = smem;
+  u8* const b_sm = smem + TC_S * G::A_BYTES;
+  u8* const raw_sm = b_sm + 2 * G::B_BYTES;
+  const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  static_assert(P == 1 || P == 2 || P == 3, "one source, gate and up, or hi and lo");
+  constexpr u32 HALVES = P == 1 ? 1 : 2;  // weight-row groups of a tile
+  constexpr u32 BN = TC_BROWS / HALVES;   // output columns of the tile
+  const u32 n0 = blockIdx.x * BN;
+  const T* x = static_cast<const T*>(p.x);
+
+  for (u32 i = tid; i < BM; i += TC_THREADS) {
+    u32 r = TC_NONE;
+    if (i < tile.rows) {
+      r = tile.row0 + i;
+      if (p.gather != nullptr) {
+        r = p.gather[r] / p.gather_div;
+        if (r >= p.x_rows) {
+          report(p.err, ERR_SLOT);
+          r = TC_NONE;
+        }
+      }
+    }
+    arow[i] = r;
+  }
+
+  // Weight row i (0..127) of the tile: source i / BN, output column n0 + i % BN.
+  auto wrow = [&](u32 i, u64& row, bool& valid) {
+    const u32 q = i / BN, n = n0 + i % BN;
+    const WeightSrc& s = p.src[q];
+    valid = n < p.n;
+    row = (u64)tile.e * s.rows + s.row_offset + n;
+  };
+  const u32 rb = p.k / F::UNIT_W * F::UNIT_BYTES;  // bytes of a weight row
+  const u32 ab = G::AUX ? (p.k >> p.group_shift) * (u32)sizeof(typename aux_t<F>::type) : 0;
+  const u32 n_steps = (p.k + TC_BK - 1) / TC_BK;
+  __syncthreads();
+
+  // Issues the copies of step j (A tile; raw stage when j starts one).
+  auto issue = [&](u32 j) {
+    if (j >= n_steps) return;
+    const u32 k0 = j * TC_BK;
+    u8* a_dst = a_sm + (j % TC_S) * G::A_BYTES;
+    for (u32 i = tid; i < (u32)BM * 8; i += TC_THREADS) {
+      const u32 r = i >> 3, u = i & 7, k = k0 + 8 * u;
+      const u32 xr = arow[r];
+      const bool ok = xr != TC_NONE && k < p.k;
+      const T* src = ok ? x + (u64)xr * p.k + k : x;
+      cp_async16(a_dst + swz(r, u), src, ok ? 16u : 0u);
+    }
+    if (j % G::RSTEPS == 0) {
+      const u32 kr0 = j * TC_BK;  // = raw stage start (a multiple of KR)
+      const u32 kr1 = min(kr0 + (u32)G::KR, p.k);
+      u8* r_dst = raw_sm + (j / G::RSTEPS % G::RS) * G::RAW_BYTES;
+      const u32 dbytes = (kr1 - kr0) / F::UNIT_W * F::UNIT_BYTES;
+      const u32 doff = kr0 / F::UNIT_W * F::UNIT_BYTES;
+      for (u32 i = tid; i < (u32)TC_BROWS * G::WORDS; i += TC_THREADS) {
+        const u32 r = i / G::WORDS, w = i % G::WORDS;
+        u64 row;
+        bool valid;
+        wrow(r, row, valid);
+        const WeightSrc& s = p.src[r / BN];
+        const u8* src = s.data + row * rb + doff;
+        const u32 head = (u32)(reinterpret_cast<u64>(src) & 15u), end = head + dbytes;
+        if (valid && 16u * w < end)
+          cp_async16(r_dst + r * G::PITCH + 16u * w, src - head + 16u * w, end - 16u * w >= 16u ? 16u : end - 16u * w);
+      }
+      if constexpr (G::AUX) {
+        typedef typename aux_t<F>::type S;
+        const u32 g0 = kr0 >> p.group_shift, g1 = ((kr1 - 1) >> p.group_shift) + 1;
+        const u32 bytes = (g1 - g0) * (u32)sizeof(S);
+        for (u32 i = tid; i < (u32)TC_BROWS * 2; i += TC_THREADS) {
+          const u32 r = i >> 1, which = i & 1;
+          u64 row;
+          bool valid;
+          wrow(r, row, valid);
+          const WeightSrc& s = p.src[r / BN];
+          const u8* src = (which ? s.biases : s.scales) + row * ab + g0 * sizeof(S);
+          const u32 head = (u32)(reinterpret_cast<u64>(src) & 15u), end = head + bytes;
+          u8* dst = r_dst + r * G::PITCH + G::ROOM_DATA + which * G::ROOM_AUX;
+          if (valid)
+            for (u32 w = 0; 16u * w < end; ++w)
+              cp_async16(dst + 16u * w, src - head + 16u * w, end - 16u * w >= 16u ? 16u : end - 16u * w);
+        }
+      }
+    }
+  };
+
+  // Decodes step j's 128 × 64 weights from its raw stage into B buffer j & 1.
+  auto decode = [&](u32 j) {
+    u8* b_dst = b_sm + (j & 1) * G::B_BYTES;
+    const u32 kr0 = j / G::RSTEPS * G::KR, sub = j % G::RSTEPS;
+    const u8* r_src = raw_sm + (j / G::RSTEPS % G::RS) * G::RAW_BYTES;
+    constexpr u32 ITEMS = TC_BROWS * (TC_BK / G::W8);
+    for (u32 it = tid; it < ITEMS; it += TC_THREADS) {
+      const u32 r = it / (TC_BK / G::W8), c8 = it % (TC_BK / G::W8);
+      const u32 col = sub * TC_BK + c8 * G::W8;  // column within the raw stage
+      u64 row;
+      bool valid;
+      wrow(r, row, valid);
+      u32 packed[G::W8 / 2];
+      if (valid && kr0 + col < p.k) {
+        const WeightSrc& s = p.src[r / BN];
+        const u8* base = r_src + r * G::PITCH;
+        QRow q;
+        q.data = base + (u32)(reinterpret_cast<u64>(s.data + row * rb + kr0 / F::UNIT_W * F::UNIT_BYTES) & 15u);
+        q.scales = q.biases = nullptr;
+        if constexpr (G::AUX) {
+          typedef typename aux_t<F>::type S;
+          const u32 sh = (u32)(reinterpret_cast<u64>(s.scales + row * ab + (kr0 >> p.group_shift) * sizeof(S)) & 15u);
+          const u32 bh = (u32)(reinterpret_cast<u64>(s.biases + row * ab + (kr0 >> p.group_shift) * sizeof(S)) & 15u);
+          q.scales = base + G::ROOM_DATA + sh;
+          q.biases = base + G::ROOM_DATA + G::ROOM_AUX + bh;
+        }
+        q.k = G::KR;
+        q.group_shift = p.group_shift;
+#pragma unroll
+        for (int c = 0; c < G::W8 / F::CHUNK; ++c) {
+          float v[F::CHUNK], a[F::CHUNK / F::SUB], b[F::CHUNK / F::SUB];
+          F::codes(q, col / F::CHUNK + c, v, a, b);
+#pragma unroll
+          for (int i = 0; i < F::CHUNK; i += 2) {
+            float lo = fmaf(v[i], a[i / F::SUB], b[i / F::SUB]);
+            float hi = fmaf(v[i + 1], a[(i + 1) / F::SUB], b[(i + 1) / F::SUB]);
+            if constexpr (P == 3) {
+              if (r >= BN) {
+                lo = Mma<T>::residual(lo);
+                hi = Mma<T>::residual(hi);
+              }
+            }
+            packed[(c * F::CHUNK + i) / 2] = Mma<T>::pack(lo, hi);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < G::W8 / 2; ++i) packed[i] = 0;
+      }
+#pragma unroll
+      for (int u = 0; u < G::W8 / 8; ++u) {
+        uint4 v;
+        v.x = packed[4 * u];
+        v.y = packed[4 * u + 1];
+        v.z = packed[4 * u + 2];
+        v.w = packed[4 * u + 3];
+        *reinterpret_cast<uint4*>(b_dst + swz(r, c8 * (G::W8 / 8) + u)) = v;
+      }
+    }
+  };
+
+  // Warp sub-tile: rows wm0 .., weight rows of n8 tile j at brow[j].
+  const u32 wm0 = (warp / G::WARPS_N) * G::WM;
+  const u32 wn = warp % G::WARPS_N;
+  u32 brow[G::NJ];
+#pragma unroll
+  for (int j = 0; j < G::NJ; ++j) {
+    // P = 1: the warp's WNR consecutive rows. P = 2: its WNR/2 output
+    // columns, gate rows (j < NJ/2) then the same columns' up rows.
+    constexpr u32 per = G::NJ / HALVES;
+    const u32 q = j / per, jj = j % per;
+    brow[j] = q * BN + wn * (G::WNR / HALVES) + 8 * jj;
+  }
+  float acc[G::MI][G::NJ][4];
+#pragma unroll
+  for (int i = 0; i < G::MI; ++i)
+#pragma unroll
+    for (int j = 0; j < G::NJ; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+
+  // Prologue: groups 0 .. S-2, then the first decode.
+#pragma unroll
+  for (int j = 0; j < TC_S - 1; ++j) {
+    issue(j);
+    cp_async_commit();
+  }
+  cp_async_wait<TC_S - 2>();
+  __syncthreads();
+  decode(0);
+
+  // Step ks: group ks + 1 has landed (wait), every thread is past step
+  // ks − 1 (sync), so A stage (ks − 1) % S, raw stages older than the next
+  // decode's and B buffer (ks + 1) & 1 are free: issue group ks + S − 1,
+  // decode step ks + 1, multiply step ks. A raw stage serves RSTEPS steps;
+  // RS = 1 + ⌈(S − 2) / RSTEPS⌉ stages keep the one being refilled clear of
+  // the ones still to be decoded.
+  for (u32 ks = 0; ks < n_steps; ++ks) {
+    cp_async_wait<TC_S - 3>();
+    __syncthreads();
+    issue(ks + TC_S - 1);
+    cp_async_commit();
+    if (ks + 1 < n_steps) decode(ks + 1);
+    const u8* a_t = a_sm + (ks % TC_S) * G::A_BYTES;
+    const u8* b_t = b_sm + (ks & 1) * G::B_BYTES;
+#pragma unroll
+    for (int kk = 0; kk < TC_BK / 16; ++kk) {
+      u32 af[G::MI][4];
+#pragma unroll
+      for (int i = 0; i < G::MI; ++i)
+        ldsm_x4(smem_addr(a_t + swz(wm0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4))), af[i]);
+#pragma unroll
+      for (int j = 0; j < G::NJ; j += 2) {
+        u32 bf[4];
+        const u32 r = (lane & 16 ? brow[j + 1] : brow[j]) + (lane & 7);
+        ldsm_x4(smem_addr(b_t + swz(r, 2 * kk + ((lane >> 3) & 1))), bf);
+#pragma unroll
+        for (int i = 0; i < G::MI; ++i) {
+          Mma<T>::run(acc[i][j], af[i], bf[0], bf[1]);
+          Mma<T>::run(acc[i][j + 1], af[i], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: c0, c1 at (row g, cols 2t, 2t+1), c2, c3 at row g + 8.
+  T* out = static_cast<T*>(p.out);
+  const u32 g = lane >> 2, t4 = lane & 3;
+  constexpr u32 per = G::NJ / HALVES;
+#pragma unroll
+  for (int i = 0; i < G::MI; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const u32 r = wm0 + 16 * i + g + 8 * h;
+      if (r >= tile.rows) continue;
+      T* orow = out + (u64)(tile.row0 + r) * p.n;
+#pragma unroll
+      for (int j = 0; j < G::NJ; ++j) {
+        if ((u32)j >= per) break;
+        const u32 n = n0 + (brow[j] % BN) + 2 * t4;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          if (n + c >= p.n) continue;
+          float y = acc[i][j][2 * h + c];
+          if constexpr (P == 2) y = silu(y) * acc[i][j + per][2 * h + c];
+          if constexpr (P == 3) y += acc[i][j + per][2 * h + c];
+          orow[n + c] = from_f32<T>(y);
+        }
+      }
+    }
+}
+
+}  // namespace moekit

@@ -1,0 +1,422 @@
+//! `kernels/tc_gemm.cu`: the grouped expert GEMM on tensor cores
+//! (`mma.sync` m16n8k16, bf16 or f16 operands, f32 accumulation) for every
+//! [`WeightFormat`], plain or fused with SwiGLU.
+//!
+//! One kernel template `tc_gemm<F, T, P, BM>`: the format's decoder `F` (the
+//! same `kernels/dequant.cuh` types every other path uses, so a new format
+//! plugs in with its decoder), the activation type `T` (f16/bf16), the number
+//! of weight sources `P` (1; 2: gate and up with SwiGLU in the epilogue; 3:
+//! an f32 weight split into two T halves, summed — see [`split_matmul_into`]) and
+//! the tile's row count `BM` ([`TILE_ROWS`], chosen by [`tile_rows`]). A
+//! block computes `BM` rows × 128 weight rows; tiles never straddle experts.
+//!
+//! [`supports`] says whether an operand set fits, and why not; the launch
+//! wrappers check again and return that reason as an error.
+
+use super::gather_mm::{format_type, group_shift, weight_src, WeightSrc};
+use super::{check_out, ctype, launch, Geometry};
+use crate::cuda::jit::Source;
+use crate::dtype::DType;
+use crate::error::{ensure, invalid, Result};
+use crate::format::{QuantWeights, WeightFormat};
+use crate::ops::act::GateUp;
+use crate::tensor::Tensor;
+use std::collections::BTreeSet;
+
+static SRC: Source = Source {
+    name: "tc_gemm.cu",
+    text: include_str!("../../../kernels/tc_gemm.cu"),
+};
+
+/// Tile row counts the kernel is instantiated for (`BM`).
+pub const TILE_ROWS: [usize; 4] = [16, 32, 64, 128];
+/// Weight rows of a tile (`TC_BROWS`): 128 output columns, or 64 with SwiGLU.
+const BROWS: usize = 128;
+/// K columns a pipeline step (`TC_BK`).
+const BK: usize = 64;
+/// A-tile stages (`TC_S`).
+const STAGES: usize = 4;
+/// Threads a block (`TC_THREADS`).
+const THREADS: u32 = 256;
+/// Experts the kernel's tile scan covers (`EPT` × threads).
+pub const MAX_EXPERTS: usize = 1024;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct TcParams {
+    x: u64,
+    gather: u64,
+    offsets: u64,
+    out: u64,
+    err: u64,
+    smem: u64,
+    src: [WeightSrc; 2],
+    m: u32,
+    n: u32,
+    k: u32,
+    n_experts: u32,
+    x_rows: u32,
+    gather_div: u32,
+    group_shift: u32,
+    p: u32,
+}
+const _: () = assert!(std::mem::size_of::<TcParams>() == 144);
+// SAFETY: plain-old-data mirrored by the kernel's TcParams (and WeightSrc).
+unsafe impl cudarc::driver::DeviceRepr for TcParams {}
+
+/// How the GEMM's rows find their expert and their row of x.
+#[derive(Debug, Clone, Copy)]
+pub enum TcRows<'a> {
+    /// Every row of x uses expert 0 (a plain matmul: router, shared expert).
+    Single,
+    /// x is expert-sorted: expert `e` owns rows `offsets[e]..offsets[e+1]`
+    /// (`u32 [E + 1]`).
+    Sorted(&'a Tensor),
+    /// Expert-sorted slots of an [`crate::ops::sort::ExpertSort`]: row `r`
+    /// reads `x[sorted[r] / top_k]`, so x is never permuted in memory.
+    Gathered {
+        /// `u32 [E + 1]`.
+        offsets: &'a Tensor,
+        /// `u32 [T·k]`: the slot at each sorted position.
+        sorted: &'a Tensor,
+        /// k (slots per token).
+        top_k: usize,
+    },
+}
+
+/// Storage unit of a format: (weights, bytes) (`F::UNIT_W`, `F::UNIT_BYTES`).
+fn unit(format: WeightFormat) -> (usize, usize) {
+    match format {
+        WeightFormat::Dense(d) => (1, d.size()),
+        WeightFormat::Affine(p) => (32, 4 * p.bits as usize),
+        WeightFormat::AffineU8 { .. } => (32, 32),
+        WeightFormat::Ggml(t) => (t.block_size(), t.type_size()),
+    }
+}
+
+/// Shared memory of an instance (`TcGeo::SMEM`).
+fn smem_bytes(w: &QuantWeights, bm: usize) -> usize {
+    let room = |n: usize| (n + 30) & !15;
+    let (uw, ub) = unit(w.format());
+    let kr = uw.max(BK);
+    let rsteps = kr / BK;
+    let rs = 1 + (STAGES - 2).div_ceil(rsteps);
+    let aux = w.scales().map_or(0, |s| room(kr / 32 * s.dtype().size()));
+    let pitch = room(kr / uw * ub) + 2 * aux;
+    STAGES * bm * BK * 2 + 2 * BROWS * BK * 2 + rs * BROWS * pitch
+}
+
+/// The tile row count for `m` rows spread over up to `n_experts` experts:
+/// the smallest of [`TILE_ROWS`] that holds an expert's expected rows
+/// (`m / min(E, m)`), so few rows per expert waste little of a tile and many
+/// rows get the largest tiles. It depends on shapes only.
+pub fn tile_rows(m: usize, n_experts: usize) -> usize {
+    let per = m.div_ceil(n_experts.clamp(1, m.max(1)));
+    TILE_ROWS
+        .into_iter()
+        .find(|&t| t >= per)
+        .unwrap_or(TILE_ROWS[TILE_ROWS.len() - 1])
+}
+
+/// Whether the tensor-core GEMM takes activations of `dtype` against `w`
+/// on a device with `smem_optin` bytes of shared memory a block; the reason
+/// when it does not.
+pub fn supports(
+    dtype: DType,
+    w: &QuantWeights,
+    smem_optin: usize,
+) -> std::result::Result<(), String> {
+    if !matches!(dtype, DType::F16 | DType::Bf16) {
+        return Err(format!(
+            "{dtype} activations: the tensor-core GEMM multiplies bf16 or f16 (f32 keeps the exact CUDA-core path)"
+        ));
+    }
+    let k = w.cols();
+    if k == 0 || k % 8 != 0 {
+        return Err(format!(
+            "K = {k}: the tensor-core GEMM needs K a positive multiple of 8 (16-byte activation rows)"
+        ));
+    }
+    if w.n_experts() > MAX_EXPERTS {
+        return Err(format!("{} experts: at most {MAX_EXPERTS}", w.n_experts()));
+    }
+    let need = smem_bytes(w, TILE_ROWS[TILE_ROWS.len() - 1]);
+    if need > smem_optin {
+        return Err(format!(
+            "{} tiles need {need} bytes of shared memory a block; the device allows {smem_optin}",
+            w.format()
+        ));
+    }
+    Ok(())
+}
+
+/// The kernel name expression.
+fn kernel_name(w: &QuantWeights, dtype: DType, p: usize, bm: usize) -> Result<String> {
+    let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
+    Ok(format!(
+        "moekit::tc_gemm<{}, {}, {p}, {bm}>",
+        format_type(w.format(), scale_dtype)?,
+        ctype("tc_gemm", dtype)?
+    ))
+}
+
+/// Instances for the compile check: every format of [`WeightFormat::all`]
+/// (group sizes share an instance) × affine scale dtype × {f16, bf16} ×
+/// {plain, SwiGLU} × [`TILE_ROWS`].
+pub fn instances() -> Vec<(&'static Source, String)> {
+    let mut names = BTreeSet::new();
+    for f in WeightFormat::all() {
+        let scale_dtypes: &[DType] = match f {
+            WeightFormat::Affine(_) => &super::FLOAT_DTYPES,
+            _ => &[DType::F32],
+        };
+        for &s in scale_dtypes {
+            let Ok(ft) = format_type(f, s) else { continue };
+            for t in ["__half", "__nv_bfloat16"] {
+                // P = 3 (hi/lo split) only for dense f32 weights.
+                let ps: &[usize] = if f == WeightFormat::Dense(DType::F32) {
+                    &[1, 2, 3]
+                } else {
+                    &[1, 2]
+                };
+                for p in ps {
+                    for bm in TILE_ROWS {
+                        names.insert(format!("moekit::tc_gemm<{ft}, {t}, {p}, {bm}>"));
+                    }
+                }
+            }
+        }
+    }
+    names.into_iter().map(|e| (&SRC, e)).collect()
+}
+
+fn u32_of(op: &'static str, arg: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| invalid(op, arg, "< 2^32", v))
+}
+
+/// Checks a u32 index tensor on `x`'s device.
+fn check_index(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    x: &Tensor,
+    len: usize,
+) -> Result<u64> {
+    ensure(t.dtype() == DType::U32, op, arg, "dtype u32", t.dtype())?;
+    ensure(
+        t.shape() == [len],
+        op,
+        arg,
+        format!("shape [{len}]"),
+        format!("{:?}", t.shape()),
+    )?;
+    ensure(
+        t.device() == x.device(),
+        op,
+        arg,
+        format!("on {} like x", x.device()),
+        t.device(),
+    )?;
+    Ok(t.cuda_bytes()?.ptr())
+}
+
+/// Validates, fills the params and launches `tc_gemm<F, T, P, BM>`.
+fn run(
+    op: &'static str,
+    x: &Tensor,
+    srcs: [(&QuantWeights, usize); 2],
+    p_sources: usize,
+    n: usize,
+    rows: TcRows<'_>,
+    out: &Tensor,
+) -> Result<()> {
+    let w = srcs[0].0;
+    let xb = x.cuda_bytes()?;
+    let dev = xb.device().clone();
+    for (s, _) in &srcs[..p_sources.min(2)] {
+        ensure(
+            s.device() == x.device(),
+            op,
+            "weights",
+            format!("on {} like x", x.device()),
+            s.device(),
+        )?;
+        if let Err(why) = supports(x.dtype(), s, dev.smem_optin()) {
+            return Err(invalid(
+                op,
+                "weights",
+                "operands the tensor-core GEMM takes",
+                why,
+            ));
+        }
+    }
+    ensure(
+        x.rank() == 2 && x.shape()[1] == w.cols(),
+        op,
+        "x",
+        format!("[rows, {}] (K of the weights)", w.cols()),
+        format!("{:?}", x.shape()),
+    )?;
+    let x_rows = x.shape()[0];
+    let e = w.n_experts();
+    let (m, gather, div, offsets) = match rows {
+        TcRows::Single => {
+            crate::ops::gather_mm::check_single(op, e)?;
+            (x_rows, 0, 1, 0)
+        }
+        TcRows::Sorted(off) => (x_rows, 0, 1, check_index(op, "offsets", off, x, e + 1)?),
+        TcRows::Gathered {
+            offsets,
+            sorted,
+            top_k,
+        } => {
+            ensure(top_k >= 1, op, "top_k", ">= 1", top_k)?;
+            let m = x_rows.checked_mul(top_k).unwrap_or(usize::MAX);
+            (
+                m,
+                check_index(op, "sorted", sorted, x, m)?,
+                top_k,
+                check_index(op, "offsets", offsets, x, e + 1)?,
+            )
+        }
+    };
+    check_out(op, out, x.dtype(), &[m, n])?;
+    let bm = tile_rows(m, e);
+    let smem = smem_bytes(w, bm);
+    let bn = if p_sources == 1 { BROWS } else { BROWS / 2 };
+    let m_tiles = m.div_ceil(bm) + if offsets == 0 { 0 } else { e.min(m) };
+    let (gx, gy) = (n.div_ceil(bn), m_tiles);
+    ensure(
+        gy <= 65535 && gx <= u32::MAX as usize,
+        op,
+        "x",
+        format!("at most {} row tiles", 65535),
+        gy,
+    )?;
+    let params = TcParams {
+        x: xb.ptr(),
+        gather,
+        offsets,
+        out: out.cuda_bytes()?.ptr(),
+        err: dev.error_word(),
+        smem: smem as u64,
+        src: [
+            weight_src(op, srcs[0].0, srcs[0].1)?,
+            weight_src(op, srcs[1].0, srcs[1].1)?,
+        ],
+        m: u32_of(op, "rows", m)?,
+        n: u32_of(op, "weight rows", n)?,
+        k: u32_of(op, "K", w.cols())?,
+        n_experts: u32_of(op, "n_experts", e)?,
+        x_rows: u32_of(op, "x rows", x_rows)?,
+        gather_div: u32_of(op, "top_k", div)?,
+        group_shift: group_shift(w.format()),
+        p: p_sources as u32,
+    };
+    let geo = Geometry {
+        grid: (gx as u32, gy as u32, 1),
+        block: (THREADS, 1, 1),
+        shared: smem as u32,
+    };
+    let name = kernel_name(w, x.dtype(), p_sources, bm)?;
+    // SAFETY: x is a device [x_rows, K] tensor of T (f16/bf16) and out a
+    // device [m, n] tensor of T (checked); each source is a validated
+    // QuantWeights of format F on this device, 16-byte aligned (weight_src),
+    // whose rows row_offset + c for c < n ≤ rows − row_offset the kernel reads
+    // for experts e < n_experts only (tiles come from offsets checked in the
+    // kernel: rows past m or non-monotone offsets get no tile and are
+    // reported); `gather` has m entries and gathered rows ≥ x_rows are
+    // skipped and reported; `offsets` has E + 1 entries (checked). The
+    // dynamic shared memory is the instance's need (the kernel checks it and
+    // reports a mismatch instead of running).
+    unsafe { launch(&dev, &SRC, &name, geo, params, op) }
+}
+
+/// `out [M, N] = x · W[e(row)]ᵀ` on tensor cores (see [`TcRows`] for M).
+pub fn matmul_into(x: &Tensor, w: &QuantWeights, rows: TcRows<'_>, out: &Tensor) -> Result<()> {
+    run("tc_gemm", x, [(w, 0), (w, 0)], 1, w.rows(), rows, out)
+}
+
+/// [`matmul_into`] for dense f32 weights with each weight split into
+/// `hi = T(w)` and `lo = T(w − hi)` and both products summed: about 16
+/// significant bits of each weight instead of T's 8 or 11, at twice the MMA
+/// work (the router, whose top-k choice should not move).
+pub fn split_matmul_into(
+    x: &Tensor,
+    w: &QuantWeights,
+    rows: TcRows<'_>,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "tc_split_gemm";
+    ensure(
+        w.format() == WeightFormat::Dense(DType::F32),
+        OP,
+        "w",
+        "dense f32 weights",
+        w.format(),
+    )?;
+    run(OP, x, [(w, 0), (w, 0)], 3, w.rows(), rows, out)
+}
+
+/// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on tensor cores into `out [M, I]`; gate and
+/// up must share a format and scale dtype (always true of fused weights).
+pub fn swiglu_into(x: &Tensor, w: &GateUp, rows: TcRows<'_>, out: &Tensor) -> Result<()> {
+    const OP: &str = "tc_swiglu";
+    let i = w.intermediate();
+    let srcs = match w {
+        GateUp::Separate { gate, up } => {
+            if let Some(why) = mixed(gate, up) {
+                return Err(invalid(OP, "gate_up", "gate and up of one format", why));
+            }
+            [(gate, 0), (up, 0)]
+        }
+        GateUp::Fused(wf) => [(wf, 0), (wf, i)],
+    };
+    run(OP, x, srcs, 2, i, rows, out)
+}
+
+/// Why separate gate and up weights cannot share one instance, if they cannot.
+pub fn mixed(gate: &QuantWeights, up: &QuantWeights) -> Option<String> {
+    let sd = |w: &QuantWeights| w.scales().map(|s| s.dtype());
+    (gate.format() != up.format() || sd(gate) != sd(up)).then(|| {
+        format!(
+            "gate {} and up {} differ in format or scale dtype",
+            gate.format(),
+            up.format()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tile_rows_follow_rows_per_expert() {
+        // qwen3-30b-a3b (E = 128, k = 8): T = 1 → 8 rows over 8 experts.
+        assert_eq!(tile_rows(8, 128), 16);
+        assert_eq!(tile_rows(64 * 8, 128), 16);
+        assert_eq!(tile_rows(512 * 8, 128), 32);
+        assert_eq!(tile_rows(1024 * 8, 128), 64);
+        assert_eq!(tile_rows(4096 * 8, 128), 128);
+        // A single expert (router, shared expert): the largest tile past 64 rows.
+        assert_eq!(tile_rows(1, 1), 16);
+        assert_eq!(tile_rows(100, 1), 128);
+        assert_eq!(tile_rows(0, 128), 16);
+    }
+
+    #[test]
+    fn shared_memory_of_the_largest_instances_fits_sm90() {
+        // Largest raw stages: q6_K (210-byte blocks) and dense f32 rows.
+        let fmts = [
+            WeightFormat::Ggml(crate::format::GgmlType::Q6_K),
+            WeightFormat::Dense(DType::F32),
+        ];
+        for f in fmts {
+            let w =
+                crate::format::random::random_weights(f, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
+            let s = smem_bytes(&w, 128);
+            assert!(s <= 227 * 1024, "{f}: {s}");
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Which implementation runs an MoE block: the one place the choice is
+//! made, as MLX's `supports_*`/launch pairs do. [`plan`] asks every path
+//! whether it takes the block and input, keeps the reason of each refusal,
+//! and picks by the measured crossover ([`DECODE_MAX_TOKENS`]); a forced
+//! [`MoePath`] that is refused is an error carrying that reason.
+
+use crate::device::Backend;
+use crate::error::{invalid, Result};
+use crate::ops::parts::MoeBlockParts;
+use crate::tensor::Tensor;
+
+/// Which implementation of the block runs (what a caller may ask for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoePath {
+    /// The planner's choice.
+    Auto,
+    /// Op by op: route, sort, permute, grouped matmuls on CUDA cores or the
+    /// CPU, combine.
+    General,
+    /// The three-launch fused CUDA decode path (`cuda::ops::decode`).
+    Decode,
+    /// Expert GEMMs on tensor cores (`cuda::ops::tc_moe`).
+    TensorCore,
+}
+
+/// The planner's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The path that runs (never [`MoePath::Auto`]).
+    pub path: MoePath,
+    /// Each path that was not taken because it refused, with the reason.
+    pub refused: Vec<(MoePath, String)>,
+}
+
+/// Largest token count for which the fused decode path is chosen over the
+/// tensor-core path when both take the block (measured crossover; see the
+/// README's decode/tensor-core table).
+pub const DECODE_MAX_TOKENS: usize = 8;
+
+/// Why the decode path refuses `x`, if it does.
+fn decode_refusal(p: &MoeBlockParts, x: &Tensor) -> Option<String> {
+    if crate::cuda::ops::decode::supports(p, x) {
+        return None;
+    }
+    Some(format!(
+        "needs x on CUDA with 1..={} tokens (got {:?} on {}) and one format for every expert weight",
+        crate::cuda::ops::decode::MAX_TOKENS,
+        x.shape(),
+        x.device()
+    ))
+}
+
+/// Chooses the path for `parts` on `x` with `backend`; `forced` other than
+/// [`MoePath::Auto`] is taken if it applies, else an error with the reason.
+pub fn plan(parts: &MoeBlockParts, backend: Backend, x: &Tensor, forced: MoePath) -> Result<Plan> {
+    const OP: &str = "MoeBlock::forward";
+    let mut refused = Vec::new();
+    let cuda = backend == Backend::Cuda;
+    let decode = if cuda {
+        decode_refusal(parts, x)
+    } else {
+        Some(format!(
+            "{backend:?} backend (the decode path is CUDA only)"
+        ))
+    };
+    let tc = if cuda {
+        crate::cuda::ops::tc_moe::supports(parts, x).err()
+    } else {
+        Some(format!(
+            "{backend:?} backend (the tensor-core path is CUDA only)"
+        ))
+    };
+    let pick = |path: MoePath, why: &Option<String>| -> Result<()> {
+        match why {
+            Some(w) => Err(invalid(
+                OP,
+                "path",
+                format!("a block and input {path:?} takes"),
+                w,
+            )),
+            None => Ok(()),
+        }
+    };
+    let t = x.shape().first().copied().unwrap_or(0);
+    let path = match forced {
+        MoePath::General => MoePath::General,
+        MoePath::Decode => {
+            pick(MoePath::Decode, &decode)?;
+            MoePath::Decode
+        }
+        MoePath::TensorCore => {
+            pick(MoePath::TensorCore, &tc)?;
+            MoePath::TensorCore
+        }
+        MoePath::Auto => match (&decode, &tc) {
+            (None, None) if t <= DECODE_MAX_TOKENS => MoePath::Decode,
+            (_, None) => MoePath::TensorCore,
+            (None, Some(_)) => MoePath::Decode,
+            (Some(_), Some(_)) => MoePath::General,
+        },
+    };
+    for (p, why) in [(MoePath::Decode, decode), (MoePath::TensorCore, tc)] {
+        if let Some(w) = why {
+            refused.push((p, w));
+        }
+    }
+    Ok(Plan { path, refused })
+}
