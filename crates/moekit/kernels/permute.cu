@@ -37,25 +37,44 @@ struct UnpermuteParams {
 };
 static_assert(sizeof(UnpermuteParams) == 56, "UnpermuteParams layout");
 
-// One block per token: out[t] = sum_j w[t,j] * y[inverse[t*k+j]], in slot
-// order (deterministic, no atomics).
+// out[t] = sum_j w[t,j] * y[inverse[t*k+j]], in slot order (deterministic,
+// no atomics). Block (t, c): token t, columns c·blockDim·V .. ; each thread
+// owns V = 16 / sizeof(T) consecutive columns, loaded 16 bytes at a time
+// when the row allows (H a multiple of V), and issues the loads of all k
+// rows before it sums (the sum's order is the slot order either way).
 template <typename T>
 __global__ void unpermute_rows(const __grid_constant__ UnpermuteParams p) {
+  constexpr u32 V = 16 / sizeof(T);
   const u32 t = blockIdx.x;
+  const u32 c0 = (blockIdx.y * blockDim.x + threadIdx.x) * V;
+  if (c0 >= p.hidden) return;
   T* dst = static_cast<T*>(p.out) + (u64)t * p.hidden;
   const T* y = static_cast<const T*>(p.y);
-  for (u32 i = threadIdx.x; i < p.hidden; i += blockDim.x) {
-    float acc = 0.f;
-    for (u32 j = 0; j < p.top_k; ++j) {
-      const u32 pos = p.inverse[t * p.top_k + j];
-      if (pos >= p.n_rows) {
-        if (i == threadIdx.x) report(p.err, ERR_SLOT);
-        continue;
-      }
-      acc += p.weights[t * p.top_k + j] * to_f32(y[(u64)pos * p.hidden + i]);
+  const bool vec = p.hidden % V == 0 && (reinterpret_cast<u64>(y) & 15u) == 0;
+  float acc[V];
+#pragma unroll
+  for (u32 v = 0; v < V; ++v) acc[v] = 0.f;
+  for (u32 j = 0; j < p.top_k; ++j) {
+    const u32 pos = p.inverse[t * p.top_k + j];
+    if (pos >= p.n_rows) {
+      if (c0 == 0) report(p.err, ERR_SLOT);
+      continue;
     }
-    dst[i] = from_f32<T>(acc);
+    const float w = p.weights[t * p.top_k + j];
+    const T* src = y + (u64)pos * p.hidden + c0;
+    T vals[V];
+    if (vec) {
+      *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(src);
+    } else {
+#pragma unroll
+      for (u32 v = 0; v < V; ++v) vals[v] = c0 + v < p.hidden ? src[v] : from_f32<T>(0.f);
+    }
+#pragma unroll
+    for (u32 v = 0; v < V; ++v) acc[v] += w * to_f32(vals[v]);
   }
+#pragma unroll
+  for (u32 v = 0; v < V; ++v)
+    if (c0 + v < p.hidden) dst[c0 + v] = from_f32<T>(acc[v]);
 }
 
 }  // namespace moekit

@@ -60,7 +60,9 @@ static_assert(sizeof(TcParams) == 144, "TcParams layout");
 constexpr int TC_THREADS = 256;   // 8 warps
 constexpr int TC_BROWS = 128;     // weight rows of a tile (P · BN)
 constexpr int TC_BK = 64;         // K columns a step
-constexpr int TC_S = 4;           // A stages
+// A stages: 4 for small tiles (memory-bound: deeper prefetch), 3 for BM ≥ 64
+// so that two blocks share an SM where the raw stages allow.
+template <int BM> struct TcStages { static constexpr int value = BM >= 64 ? 3 : 4; };
 constexpr u32 TC_NONE = 0xFFFFFFFFu;
 
 // Tile geometry of an instance (tc_gemm.rs: Geometry mirrors it).
@@ -73,9 +75,10 @@ struct TcGeo {
   static constexpr int MI = WM / 16;               // m16 tiles per warp
   static constexpr int NJ = WNR / 8;               // n8 tiles per warp
   static_assert(MI >= 1 && NJ % 2 == 0, "warp tile");
+  static constexpr int S = TcStages<BM>::value;
   static constexpr int KR = F::UNIT_W > TC_BK ? F::UNIT_W : TC_BK;  // raw columns a stage
   static constexpr int RSTEPS = KR / TC_BK;                         // steps a raw stage feeds
-  static constexpr int RS = 1 + (TC_S - 2 + RSTEPS - 1) / RSTEPS;   // raw stages (see the loop)
+  static constexpr int RS = 1 + (S - 2 + RSTEPS - 1) / RSTEPS;      // raw stages (see the loop)
   static constexpr bool AUX = !is_void<typename F::Scale>::value;
   static constexpr int AUX_ELEMS = KR / 32;                         // most groups a stage covers
   static constexpr int DATA_BYTES = KR / F::UNIT_W * F::UNIT_BYTES; // a row's packed bytes a stage
@@ -87,7 +90,7 @@ struct TcGeo {
   static constexpr int A_BYTES = BM * TC_BK * 2;
   static constexpr int B_BYTES = TC_BROWS * TC_BK * 2;
   static constexpr int RAW_BYTES = TC_BROWS * PITCH;
-  static constexpr int SMEM = TC_S * A_BYTES + 2 * B_BYTES + RS * RAW_BYTES;
+  static constexpr int SMEM = S * A_BYTES + 2 * B_BYTES + RS * RAW_BYTES;
   static constexpr int W8 = F::CHUNK > 8 ? F::CHUNK : 8;            // weights a decode item
 };
 
@@ -201,7 +204,7 @@ __device__ __forceinline__ TcTile find_tile(const TcParams& p, u32* scan) {
 }
 
 template <typename F, typename T, int P, int BM>
-__global__ void __launch_bounds__(TC_THREADS, 1) tc_gemm(const __grid_constant__ TcParams p) {
+__global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __grid_constant__ TcParams p) {
   typedef TcGeo<F, BM> G;
   extern __shared__ __align__(128) u8 smem[];
   __shared__ u32 scan[12];
@@ -219,7 +222,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1) tc_gemm(const __grid_constant__
   if (tile.rows == 0) return;
 
   u8* const a_sm = smem;
-  u8* const b_sm = smem + TC_S * G::A_BYTES;
+  u8* const b_sm = smem + G::S * G::A_BYTES;
   u8* const raw_sm = b_sm + 2 * G::B_BYTES;
   const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   static_assert(P == 1 || P == 2 || P == 3, "one source, gate and up, or hi and lo");
@@ -259,7 +262,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1) tc_gemm(const __grid_constant__
   auto issue = [&](u32 j) {
     if (j >= n_steps) return;
     const u32 k0 = j * TC_BK;
-    u8* a_dst = a_sm + (j % TC_S) * G::A_BYTES;
+    u8* a_dst = a_sm + (j % G::S) * G::A_BYTES;
     for (u32 i = tid; i < (u32)BM * 8; i += TC_THREADS) {
       const u32 r = i >> 3, u = i & 7, k = k0 + 8 * u;
       const u32 xr = arow[r];
@@ -388,11 +391,11 @@ __global__ void __launch_bounds__(TC_THREADS, 1) tc_gemm(const __grid_constant__
 
   // Prologue: groups 0 .. S-2, then the first decode.
 #pragma unroll
-  for (int j = 0; j < TC_S - 1; ++j) {
+  for (int j = 0; j < G::S - 1; ++j) {
     issue(j);
     cp_async_commit();
   }
-  cp_async_wait<TC_S - 2>();
+  cp_async_wait<G::S - 2>();
   __syncthreads();
   decode(0);
 
@@ -403,12 +406,12 @@ __global__ void __launch_bounds__(TC_THREADS, 1) tc_gemm(const __grid_constant__
   // RS = 1 + ⌈(S − 2) / RSTEPS⌉ stages keep the one being refilled clear of
   // the ones still to be decoded.
   for (u32 ks = 0; ks < n_steps; ++ks) {
-    cp_async_wait<TC_S - 3>();
+    cp_async_wait<G::S - 3>();
     __syncthreads();
-    issue(ks + TC_S - 1);
+    issue(ks + G::S - 1);
     cp_async_commit();
     if (ks + 1 < n_steps) decode(ks + 1);
-    const u8* a_t = a_sm + (ks % TC_S) * G::A_BYTES;
+    const u8* a_t = a_sm + (ks % G::S) * G::A_BYTES;
     const u8* b_t = b_sm + (ks & 1) * G::B_BYTES;
 #pragma unroll
     for (int kk = 0; kk < TC_BK / 16; ++kk) {

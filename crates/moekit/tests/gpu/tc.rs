@@ -392,3 +392,34 @@ fn block_is_deterministic_batch_invariant_and_graph_safe() {
         "graph replay differs"
     );
 }
+
+/// A reduced sweep for compute-sanitizer (memcheck, racecheck): the kernel's
+/// code paths — raw stages of 32-weight blocks, 256-weight super-blocks,
+/// affine scale staging, dense rows; plain, SwiGLU and split epilogues;
+/// tiles of 16 and 128 rows; ragged N and K — on small shapes.
+#[test]
+fn sanitizer_sweep() {
+    let fmts = [
+        WeightFormat::Ggml(GgmlType::Q4_K),
+        WeightFormat::Ggml(GgmlType::Q4_0),
+        WeightFormat::Affine(AffineParams {
+            bits: 4,
+            group_size: 64,
+        }),
+        WeightFormat::Dense(DType::Bf16),
+    ];
+    for f in fmts {
+        let kk = round_k(f, 320);
+        for t in [3, 150] {
+            let c = Case::new(DType::Bf16, t, 2, kk, 2, &[], false, 7);
+            check(f, DType::F16, DType::Bf16, &c, 72, 1, "sanitizer");
+        }
+    }
+    let x = random(&[20, 136], DType::Bf16, 1).to_device(gpu()).unwrap();
+    let w = weights(WeightFormat::Dense(DType::F32), 1, 70, 136, DType::F16, 2)
+        .to_device(gpu())
+        .unwrap();
+    let out = poisoned(&[20, 70], DType::Bf16);
+    split_matmul_into(&x, &w, TcRows::Single, &out).unwrap();
+    gpu_device().check_errors().unwrap();
+}

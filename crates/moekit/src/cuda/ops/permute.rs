@@ -123,9 +123,11 @@ pub fn unpermute_into(y: &Tensor, sort: &ExpertSort, weights: &Tensor, out: &Ten
         hidden: h as u32,
         n_rows: (t * k) as u32,
     };
+    // 64 threads × 16 bytes a block: several blocks a token even at small T.
+    let cols_per_block = 64 * (16 / y.dtype().size());
     let geo = Geometry {
-        grid: (t as u32, 1, 1),
-        block: (128, 1, 1),
+        grid: (t as u32, h.div_ceil(cols_per_block).max(1) as u32, 1),
+        block: (64, 1, 1),
         shared: 0,
     };
     let e = format!("moekit::unpermute_rows<{}>", ctype("unpermute", y.dtype())?);

@@ -34,8 +34,14 @@ pub const TILE_ROWS: [usize; 4] = [16, 32, 64, 128];
 const BROWS: usize = 128;
 /// K columns a pipeline step (`TC_BK`).
 const BK: usize = 64;
-/// A-tile stages (`TC_S`).
-const STAGES: usize = 4;
+/// A-tile stages (`TcStages`): 4 for tiles of < 64 rows, else 3.
+fn stages(bm: usize) -> usize {
+    if bm >= 64 {
+        3
+    } else {
+        4
+    }
+}
 /// Threads a block (`TC_THREADS`).
 const THREADS: u32 = 256;
 /// Experts the kernel's tile scan covers (`EPT` × threads).
@@ -100,10 +106,10 @@ fn smem_bytes(w: &QuantWeights, bm: usize) -> usize {
     let (uw, ub) = unit(w.format());
     let kr = uw.max(BK);
     let rsteps = kr / BK;
-    let rs = 1 + (STAGES - 2).div_ceil(rsteps);
+    let rs = 1 + (stages(bm) - 2).div_ceil(rsteps);
     let aux = w.scales().map_or(0, |s| room(kr / 32 * s.dtype().size()));
     let pitch = room(kr / uw * ub) + 2 * aux;
-    STAGES * bm * BK * 2 + 2 * BROWS * BK * 2 + rs * BROWS * pitch
+    stages(bm) * bm * BK * 2 + 2 * BROWS * BK * 2 + rs * BROWS * pitch
 }
 
 /// The tile row count for `m` rows spread over up to `n_experts` experts:
