@@ -1,11 +1,12 @@
 //! Which implementation runs an MoE block: the one place the choice is
 //! made, as MLX's `supports_*`/launch pairs do. [`plan`] asks every path
 //! whether it takes the block and input, keeps the reason of each refusal,
-//! and picks by the measured crossover ([`DECODE_MAX_TOKENS`]); a forced
+//! and picks by the measured crossover ([`decode_max_tokens`]); a forced
 //! [`MoePath`] that is refused is an error carrying that reason.
 
 use crate::device::Backend;
 use crate::error::{invalid, Result};
+use crate::format::WeightFormat;
 use crate::ops::parts::MoeBlockParts;
 use crate::tensor::Tensor;
 
@@ -33,9 +34,17 @@ pub struct Plan {
 }
 
 /// Largest token count for which the fused decode path is chosen over the
-/// tensor-core path when both take the block (measured crossover; see the
-/// README's decode/tensor-core table).
-pub const DECODE_MAX_TOKENS: usize = 8;
+/// tensor-core path when both take the block: the measured crossover (H100,
+/// qwen3-30b-a3b, bf16, CUDA-graph medians, `moekit bench --path decode|tc`):
+/// affine4-g64 decode 0.438 ms vs tensor cores 0.451 ms at T = 16, 0.859 vs
+/// 0.581 at T = 32; q4_k 0.301 vs 0.324 at T = 8, 0.549 vs 0.445 at T = 16.
+/// GGUF block formats take the q4_k crossover, the others the affine one.
+pub fn decode_max_tokens(expert_format: WeightFormat) -> usize {
+    match expert_format {
+        WeightFormat::Ggml(_) => 8,
+        _ => 16,
+    }
+}
 
 /// Why the decode path refuses `x`, if it does.
 fn decode_refusal(p: &MoeBlockParts, x: &Tensor) -> Option<String> {
@@ -93,7 +102,7 @@ pub fn plan(parts: &MoeBlockParts, backend: Backend, x: &Tensor, forced: MoePath
             MoePath::TensorCore
         }
         MoePath::Auto => match (&decode, &tc) {
-            (None, None) if t <= DECODE_MAX_TOKENS => MoePath::Decode,
+            (None, None) if t <= decode_max_tokens(parts.down.format()) => MoePath::Decode,
             (_, None) => MoePath::TensorCore,
             (None, Some(_)) => MoePath::Decode,
             (Some(_), Some(_)) => MoePath::General,
