@@ -247,7 +247,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
     );
     println!(
-        "{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9} {:>7} {:>9} {:>6}% {:>8} {:>7} {}",
+        "{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9} {:>7} {:>9} {:>6}% {:>8} {:>7} path",
         "format",
         "T",
         "median ms",
@@ -259,8 +259,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         "graph ms",
         "bw g",
         "launches",
-        "g x flr",
-        "path"
+        "g x flr"
     );
     let mut cases = Vec::new();
     for format in formats {

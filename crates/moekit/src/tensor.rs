@@ -255,37 +255,31 @@ impl Tensor {
 
     /// A zero-filled tensor on `device`.
     pub fn zeros_on(dtype: DType, shape: &[usize], device: Device) -> Result<Tensor> {
-        match device {
-            Device::Cpu => Ok(Tensor::zeros(dtype, shape)),
-            Device::Cuda(n) => {
-                let dev = crate::cuda::device(n)?;
-                let b =
-                    crate::cuda::storage::CudaBytes::zeroed(&dev, numel_of(shape) * dtype.size())?;
-                Ok(Tensor {
-                    dtype,
-                    shape: shape.to_vec(),
-                    storage: Storage::Cuda(b),
-                })
-            }
-        }
+        Tensor::alloc_on(dtype, shape, device, true)
     }
 
     /// A tensor on `device` whose contents are unspecified until written
     /// (zeros on the CPU; no memset on a GPU): scratch that kernels fill.
     pub(crate) fn uninit_on(dtype: DType, shape: &[usize], device: Device) -> Result<Tensor> {
-        match device {
-            Device::Cpu => Ok(Tensor::zeros(dtype, shape)),
-            Device::Cuda(n) => {
-                let dev = crate::cuda::device(n)?;
-                let b =
-                    crate::cuda::storage::CudaBytes::uninit(&dev, numel_of(shape) * dtype.size())?;
-                Ok(Tensor {
-                    dtype,
-                    shape: shape.to_vec(),
-                    storage: Storage::Cuda(b),
-                })
-            }
-        }
+        Tensor::alloc_on(dtype, shape, device, false)
+    }
+
+    fn alloc_on(dtype: DType, shape: &[usize], device: Device, zero: bool) -> Result<Tensor> {
+        let Device::Cuda(n) = device else {
+            return Ok(Tensor::zeros(dtype, shape));
+        };
+        let dev = crate::cuda::device(n)?;
+        let len = numel_of(shape) * dtype.size();
+        let b = if zero {
+            crate::cuda::storage::CudaBytes::zeroed(&dev, len)?
+        } else {
+            crate::cuda::storage::CudaBytes::uninit(&dev, len)?
+        };
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            storage: Storage::Cuda(b),
+        })
     }
 
     /// A copy on `device` (the same tensor if it is already there).

@@ -65,20 +65,32 @@ struct Case {
 }
 
 impl Case {
-    fn new(
-        dt: DType,
-        t: usize,
-        k: usize,
-        kk: usize,
-        e: usize,
-        empty: &[usize],
-        one: bool,
-        seed: u64,
-    ) -> Case {
-        let x = random(&[t, kk], dt, seed);
-        let sort = sort_of(t, k, e, empty, one, seed + 1);
+    fn new(dt: DType, r: Spread<'_>, kk: usize, seed: u64) -> Case {
+        let x = random(&[r.t, kk], dt, seed);
+        let sort = sort_of(r.t, r.k, r.e, r.empty, r.one, seed + 1);
         let xs = permute_on(Backend::CpuReference, &x, &sort).unwrap();
         Case { x, sort, xs }
+    }
+}
+
+/// A routing to generate: T tokens × k slots over E experts; experts in
+/// `empty` get none; with `one`, every slot goes to one expert.
+#[derive(Clone, Copy)]
+struct Spread<'a> {
+    t: usize,
+    k: usize,
+    e: usize,
+    empty: &'a [usize],
+    one: bool,
+}
+
+fn spread(t: usize, k: usize, e: usize) -> Spread<'static> {
+    Spread {
+        t,
+        k,
+        e,
+        empty: &[],
+        one: false,
     }
 }
 
@@ -156,7 +168,15 @@ fn every_format_matches_cpu() {
     for f in WeightFormat::all() {
         let kk = round_k(f, 200); // not a multiple of the 64-column step for 32-blocks
         for dt in [DType::Bf16, DType::F16] {
-            let c = Case::new(dt, 37, 4, kk, 16, &[0, 7, 15], false, 11);
+            let c = Case::new(
+                dt,
+                Spread {
+                    empty: &[0, 7, 15],
+                    ..spread(37, 4, 16)
+                },
+                kk,
+                11,
+            );
             check(f, DType::F16, dt, &c, 200, 3, "E=16 k=4 T=37");
         }
     }
@@ -168,7 +188,7 @@ fn affine_scale_dtypes_and_u8() {
         for bits in [2, 3, 4, 5, 6, 8] {
             for group_size in [32, 64, 128] {
                 let f = WeightFormat::Affine(AffineParams { bits, group_size });
-                let c = Case::new(DType::Bf16, 20, 2, 384, 8, &[], false, 5);
+                let c = Case::new(DType::Bf16, spread(20, 2, 8), 384, 5);
                 check(f, scale, DType::Bf16, &c, 136, 9, "scales");
             }
         }
@@ -180,7 +200,15 @@ fn every_tile_size_and_edge_layouts() {
     let f = WeightFormat::Ggml(GgmlType::Q4_K);
     // E = 8, k = 2: rows per expert 2T/8 → tiles 16, 32, 64, 128.
     for t in [5, 100, 200, 333, 1500] {
-        let c = Case::new(DType::Bf16, t, 2, 512, 8, &[3], false, t as u64);
+        let c = Case::new(
+            DType::Bf16,
+            Spread {
+                empty: &[3],
+                ..spread(t, 2, 8)
+            },
+            512,
+            t as u64,
+        );
         let m = 2 * t;
         check(
             f,
@@ -193,9 +221,17 @@ fn every_tile_size_and_edge_layouts() {
         );
     }
     // All rows on one expert; E = 512, k = 10.
-    let c = Case::new(DType::Bf16, 300, 2, 256, 8, &[], true, 2);
+    let c = Case::new(
+        DType::Bf16,
+        Spread {
+            one: true,
+            ..spread(300, 2, 8)
+        },
+        256,
+        2,
+    );
     check(f, DType::F16, DType::Bf16, &c, 128, 2, "one expert");
-    let c = Case::new(DType::Bf16, 64, 10, 256, 512, &[], false, 3);
+    let c = Case::new(DType::Bf16, spread(64, 10, 512), 256, 3);
     check(
         WeightFormat::Affine(AffineParams {
             bits: 4,
@@ -209,7 +245,7 @@ fn every_tile_size_and_edge_layouts() {
         "E=512 k=10",
     );
     // M = 0.
-    let c = Case::new(DType::Bf16, 0, 2, 256, 8, &[], false, 4);
+    let c = Case::new(DType::Bf16, spread(0, 2, 8), 256, 4);
     check(f, DType::F16, DType::Bf16, &c, 64, 5, "M=0");
 }
 
@@ -411,7 +447,7 @@ fn sanitizer_sweep() {
     for f in fmts {
         let kk = round_k(f, 320);
         for t in [3, 150] {
-            let c = Case::new(DType::Bf16, t, 2, kk, 2, &[], false, 7);
+            let c = Case::new(DType::Bf16, spread(t, 2, 2), kk, 7);
             check(f, DType::F16, DType::Bf16, &c, 72, 1, "sanitizer");
         }
     }

@@ -5,18 +5,17 @@
 //! [`supports`] says when it applies (the block picks it in
 //! `crate::plan`); [`forward`] runs it.
 
-use super::gather_mm::{format_type, group_shift, weight_src};
+use super::gather_mm::{all_format_types, format_type, group_shift, weight_src};
 use super::route::rule_params;
 use super::{ctype, launch, Geometry, FLOAT_DTYPES};
 use crate::cuda::jit::Source;
 use crate::error::{ensure, Result};
-use crate::format::{QuantWeights, WeightFormat};
+use crate::format::QuantWeights;
 use crate::ops::parts::MoeBlockParts;
 use crate::ops::route::Routing;
 use crate::ops::route::{RouterKind, Scoring};
 use crate::tensor::Tensor;
 use crate::DType;
-use std::collections::BTreeSet;
 
 static SRC: Source = Source {
     name: "decode.cu",
@@ -250,19 +249,7 @@ pub fn supports(p: &MoeBlockParts, x: &Tensor) -> bool {
 
 /// Every instance the decode path can request.
 pub fn instances() -> Vec<(&'static Source, String)> {
-    let mut fmts = BTreeSet::new();
-    for f in WeightFormat::all() {
-        let scales: &[DType] = if matches!(f, WeightFormat::Affine(_)) {
-            &FLOAT_DTYPES
-        } else {
-            &[DType::F32]
-        };
-        for &s in scales {
-            if let Ok(ft) = format_type(f, s) {
-                fmts.insert(ft);
-            }
-        }
-    }
+    let fmts: Vec<String> = all_format_types().into_iter().map(|(_, t)| t).collect();
     let mut v = Vec::new();
     for ft in &fmts {
         for &d in &FLOAT_DTYPES {

@@ -112,25 +112,37 @@ fn kernel_name(w: &QuantWeights, dtype: DType, p: usize) -> Result<String> {
     ))
 }
 
-/// Instances for the compile check: every format of [`WeightFormat::all`]
-/// (group sizes share an instance) × affine scale dtype × activation dtype ×
-/// {plain, fused SwiGLU}.
-pub fn instances() -> Vec<(&'static Source, String)> {
-    let mut names = BTreeSet::new();
+/// Every decoder type with the format it decodes: each format of
+/// [`WeightFormat::all`] (group sizes share a type) × affine scale dtype.
+pub(crate) fn all_format_types() -> Vec<(WeightFormat, String)> {
+    let mut v: Vec<(WeightFormat, String)> = Vec::new();
     for f in WeightFormat::all() {
         let scale_dtypes: &[DType] = match f {
             WeightFormat::Affine(_) => &FLOAT_DTYPES,
             _ => &[DType::F32],
         };
         for &s in scale_dtypes {
-            let Ok(ft) = format_type(f, s) else { continue };
-            for &t in &FLOAT_DTYPES {
-                let Ok(tn) = ctype("gather_mm", t) else {
-                    continue;
-                };
-                for p in [1, 2] {
-                    names.insert(format!("moekit::gather_mm<{ft}, {tn}, {p}>"));
+            if let Ok(ft) = format_type(f, s) {
+                if !v.iter().any(|(_, t)| *t == ft) {
+                    v.push((f, ft));
                 }
+            }
+        }
+    }
+    v
+}
+
+/// Instances for the compile check: every decoder type × activation dtype ×
+/// {plain, fused SwiGLU}.
+pub fn instances() -> Vec<(&'static Source, String)> {
+    let mut names = BTreeSet::new();
+    for (_, ft) in all_format_types() {
+        for &t in &FLOAT_DTYPES {
+            let Ok(tn) = ctype("gather_mm", t) else {
+                continue;
+            };
+            for p in [1, 2] {
+                names.insert(format!("moekit::gather_mm<{ft}, {tn}, {p}>"));
             }
         }
     }

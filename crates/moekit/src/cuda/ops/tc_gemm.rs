@@ -13,7 +13,7 @@
 //! [`supports`] says whether an operand set fits, and why not; the launch
 //! wrappers check again and return that reason as an error.
 
-use super::gather_mm::{format_type, group_shift, weight_src, WeightSrc};
+use super::gather_mm::{all_format_types, format_type, group_shift, weight_src, WeightSrc};
 use super::{check_out, ctype, launch, Geometry};
 use crate::cuda::jit::Source;
 use crate::dtype::DType;
@@ -171,24 +171,17 @@ fn kernel_name(w: &QuantWeights, dtype: DType, p: usize, bm: usize) -> Result<St
 /// {plain, SwiGLU} × [`TILE_ROWS`].
 pub fn instances() -> Vec<(&'static Source, String)> {
     let mut names = BTreeSet::new();
-    for f in WeightFormat::all() {
-        let scale_dtypes: &[DType] = match f {
-            WeightFormat::Affine(_) => &super::FLOAT_DTYPES,
-            _ => &[DType::F32],
+    for (f, ft) in all_format_types() {
+        // P = 3 (hi/lo split) only for dense f32 weights.
+        let ps: &[usize] = if f == WeightFormat::Dense(DType::F32) {
+            &[1, 2, 3]
+        } else {
+            &[1, 2]
         };
-        for &s in scale_dtypes {
-            let Ok(ft) = format_type(f, s) else { continue };
-            for t in ["__half", "__nv_bfloat16"] {
-                // P = 3 (hi/lo split) only for dense f32 weights.
-                let ps: &[usize] = if f == WeightFormat::Dense(DType::F32) {
-                    &[1, 2, 3]
-                } else {
-                    &[1, 2]
-                };
-                for p in ps {
-                    for bm in TILE_ROWS {
-                        names.insert(format!("moekit::tc_gemm<{ft}, {t}, {p}, {bm}>"));
-                    }
+        for t in ["__half", "__nv_bfloat16"] {
+            for p in ps {
+                for bm in TILE_ROWS {
+                    names.insert(format!("moekit::tc_gemm<{ft}, {t}, {p}, {bm}>"));
                 }
             }
         }
@@ -277,7 +270,7 @@ fn run(
             top_k,
         } => {
             ensure(top_k >= 1, op, "top_k", ">= 1", top_k)?;
-            let m = x_rows.checked_mul(top_k).unwrap_or(usize::MAX);
+            let m = x_rows.saturating_mul(top_k);
             (
                 m,
                 check_index(op, "sorted", sorted, x, m)?,
