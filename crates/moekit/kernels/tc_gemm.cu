@@ -50,12 +50,11 @@ struct TcParams {
   const u32* offsets;  // [E + 1] expert-sorted offsets; null: all rows use expert 0
   void* out;           // [M, N] of T
   u32* err;
-  u64 smem;            // dynamic shared memory the host gave (checked)
   WeightSrc src[2];    // P = 1: src[0]; P = 2: gate, up
   u32 m, n, k, n_experts;
   u32 x_rows, gather_div, group_shift, p;  // p: P, checked against the instance
 };
-static_assert(sizeof(TcParams) == 144, "TcParams layout");
+static_assert(sizeof(TcParams) == 136, "TcParams layout");
 
 constexpr int TC_THREADS = 256;   // 8 warps
 constexpr int TC_BROWS = 128;     // weight rows of a tile (P · BN)

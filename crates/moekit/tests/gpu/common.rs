@@ -1,7 +1,8 @@
 //! Shared helpers of the GPU tests.
 #![allow(dead_code)]
 
-use moekit::{DType, Device, Tensor};
+use moekit::moe::MoeBlock;
+use moekit::{Backend, DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 
 /// The GPU under test; panics (fails the test) without one.
@@ -66,6 +67,15 @@ pub fn poisoned(shape: &[usize], dtype: DType) -> Tensor {
 /// f32 values of a tensor on any device.
 pub fn host_f32(t: &Tensor) -> Vec<f32> {
     t.to_device(Device::Cpu).unwrap().to_f32_vec().unwrap()
+}
+
+/// The block's output on the fast CPU backend (the reference of the block tests).
+pub fn cpu_forward(b: &MoeBlock, x: &Tensor) -> Vec<f32> {
+    b.forward_on(Backend::CpuFast, x)
+        .unwrap()
+        .out
+        .to_f32_vec()
+        .unwrap()
 }
 
 /// Token counts every op is tested at.

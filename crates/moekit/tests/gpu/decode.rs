@@ -110,12 +110,7 @@ fn decode_matches_cpu_for_every_format() {
         for t in [1, 3, 64] {
             for dt in [DType::F32, DType::Bf16] {
                 let x = random(&[t, s.h], dt, t as u64 + 10);
-                let want = cpu
-                    .forward_on(Backend::CpuFast, &x)
-                    .unwrap()
-                    .out
-                    .to_f32_vec()
-                    .unwrap();
+                let want = cpu_forward(&cpu, &x);
                 let e = nmse(&run(&dev, MoePath::Decode, &x), &want);
                 let b = if dt == DType::F32 { 1e-9 } else { 1e-3 };
                 assert!(e <= b, "{f} T={t} {dt}: NMSE {e:e}");

@@ -124,12 +124,7 @@ fn synthetic_blocks_match_cpu(formats: impl Iterator<Item = WeightFormat>) {
         for t in [1, 7, 64] {
             for dt in [DType::F32, DType::Bf16] {
                 let x = random(&[t, 256], dt, t as u64);
-                let want = cpu
-                    .forward_on(Backend::CpuFast, &x)
-                    .unwrap()
-                    .out
-                    .to_f32_vec()
-                    .unwrap();
+                let want = cpu_forward(&cpu, &x);
                 let got = host_f32(&dev.forward(&x.to_device(gpu()).unwrap()).unwrap());
                 let e = nmse(&got, &want);
                 // bf16 activations round every intermediate: NMSE ≤ 1e-3.

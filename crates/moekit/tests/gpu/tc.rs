@@ -377,12 +377,7 @@ fn block_matches_cpu_for_every_format() {
         let dev = cpu.to_device(gpu()).unwrap();
         for t in [1, 40, 300] {
             let x = random(&[t, h], DType::Bf16, t as u64);
-            let want = cpu
-                .forward_on(Backend::CpuFast, &x)
-                .unwrap()
-                .out
-                .to_f32_vec()
-                .unwrap();
+            let want = cpu_forward(&cpu, &x);
             let e = nmse(&run(&dev, &x), &want);
             assert!(e <= 1e-3, "tc block {f} T={t}: NMSE {e:e}");
         }

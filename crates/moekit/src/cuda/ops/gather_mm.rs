@@ -361,7 +361,7 @@ pub fn gather_swiglu(x: &Tensor, w: &GateUp, experts: RowExperts<'_>) -> Result<
 }
 
 /// Whether two weight tensors share one kernel instance (format and scale dtype).
-fn same_instance(a: &QuantWeights, b: &QuantWeights) -> bool {
+pub(crate) fn same_instance(a: &QuantWeights, b: &QuantWeights) -> bool {
     a.format() == b.format() && a.scales().map(|s| s.dtype()) == b.scales().map(|s| s.dtype())
 }
 

@@ -13,7 +13,9 @@
 //! [`supports`] says whether an operand set fits, and why not; the launch
 //! wrappers check again and return that reason as an error.
 
-use super::gather_mm::{all_format_types, format_type, group_shift, weight_src, WeightSrc};
+use super::gather_mm::{
+    all_format_types, format_type, group_shift, same_instance, weight_src, WeightSrc,
+};
 use super::{check_out, ctype, launch, Geometry};
 use crate::cuda::jit::Source;
 use crate::dtype::DType;
@@ -55,7 +57,6 @@ struct TcParams {
     offsets: u64,
     out: u64,
     err: u64,
-    smem: u64,
     src: [WeightSrc; 2],
     m: u32,
     n: u32,
@@ -66,7 +67,7 @@ struct TcParams {
     group_shift: u32,
     p: u32,
 }
-const _: () = assert!(std::mem::size_of::<TcParams>() == 144);
+const _: () = assert!(std::mem::size_of::<TcParams>() == 136);
 // SAFETY: plain-old-data mirrored by the kernel's TcParams (and WeightSrc).
 unsafe impl cudarc::driver::DeviceRepr for TcParams {}
 
@@ -298,7 +299,6 @@ fn run(
         offsets,
         out: out.cuda_bytes()?.ptr(),
         err: dev.error_word(),
-        smem: smem as u64,
         src: [
             weight_src(op, srcs[0].0, srcs[0].1)?,
             weight_src(op, srcs[1].0, srcs[1].1)?,
@@ -376,8 +376,7 @@ pub fn swiglu_into(x: &Tensor, w: &GateUp, rows: TcRows<'_>, out: &Tensor) -> Re
 
 /// Why separate gate and up weights cannot share one instance, if they cannot.
 pub fn mixed(gate: &QuantWeights, up: &QuantWeights) -> Option<String> {
-    let sd = |w: &QuantWeights| w.scales().map(|s| s.dtype());
-    (gate.format() != up.format() || sd(gate) != sd(up)).then(|| {
+    (!same_instance(gate, up)).then(|| {
         format!(
             "gate {} and up {} differ in format or scale dtype",
             gate.format(),
