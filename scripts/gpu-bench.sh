@@ -18,12 +18,13 @@ $m bench --device cuda --dtype bf16 --preset qwen3-30b-a3b --format all --tokens
 $m bench --device cuda --dtype bf16 --preset qwen3-30b-a3b --format affine4,q4_k,bf16,q8_0 \
   --tokens 1,8,16,64,512,4096 --min-time 0.05 --json "$out/moekit_qwen3-30b-a3b_tc.json"
 for path in decode tc; do
-  $m bench --device cuda --dtype bf16 --preset qwen3-30b-a3b --format affine4,q4_k --path $path \
-    --tokens 8,16,32 --min-time 0.05 --json "$out/crossover_$path.json"
+  $m bench --device cuda --dtype bf16 --preset qwen3-30b-a3b --format affine4,q4_k,bf16,q8_0 --path $path \
+    --tokens 4,8,16 --min-time 0.05 --json "$out/crossover_$path.json"
 done
 python3 bench/peers/torch_moe.py --preset qwen3-30b-a3b --tokens 1,2,8,16,64,512,4096 --repeats 20 \
   --json "$out/torch_qwen3-30b-a3b.json"
 for p in mixtral-8x7b deepseek-v2-lite gpt-oss-20b qwen3-next-80b; do
-  $m bench --device cuda --dtype bf16 --preset "$p" --format affine4 --tokens 1,8,512,4096 --min-time 0.05 \
-    --json "$out/moekit_$p.json"
+  $m bench --device cuda --dtype bf16 --preset "$p" --format affine4,q4_k,bf16 --tokens 1,8,512,4096 \
+    --min-time 0.05 --json "$out/moekit_$p.json"
+  python3 bench/peers/torch_moe.py --preset "$p" --tokens 512,4096 --repeats 10 --json "$out/torch_$p.json"
 done

@@ -22,6 +22,10 @@ cat > "$out/run.sh" <<'RUN'
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export MOEKIT_CACHE_DIR=${MOEKIT_CACHE_DIR:-/tmp/moekit-kernels}
+# A kernel cache compiled here (WARM=1) spares the device the JIT.
+if [ -f "$here/kcache.tar.xz" ] && [ ! -d "$MOEKIT_CACHE_DIR" ]; then
+  mkdir -p "$MOEKIT_CACHE_DIR" && tar xJf "$here/kcache.tar.xz" -C "$MOEKIT_CACHE_DIR"
+fi
 status=0
 "$here/moekit-gpu-tests" --test-threads=1 "$@" || status=1
 if [ "${SANITIZE:-0}" = 1 ]; then
@@ -33,4 +37,18 @@ fi
 exit $status
 RUN
 chmod +x "$out/run.sh"
+# WARM=1: compile the bf16 kernel instances (sm_90, this NVRTC) into a cache
+# that run.sh unpacks; a device whose NVRTC differs just recompiles.
+if [ "${WARM:-0}" = 1 ]; then
+  cache=$(mktemp -d)
+  cargo build --release -p moekit --example warm_cache
+  w=target/release/examples/warm_cache
+  MOEKIT_CACHE_DIR=$cache $w tc_gemm ', __nv_bfloat16, '
+  MOEKIT_CACHE_DIR=$cache $w decode.cu bfloat16
+  MOEKIT_CACHE_DIR=$cache $w gather_mm bfloat16
+  MOEKIT_CACHE_DIR=$cache $w norm.cu bfloat16
+  MOEKIT_CACHE_DIR=$cache $w '!tc_gemm' '!gather_mm' '!decode.cu' '!norm.cu'
+  tar cJf "$out/kcache.tar.xz" -C "$cache" .
+  rm -rf "$cache"
+fi
 ls -la "$out"

@@ -26,10 +26,12 @@
 //   * the weights' packed bytes (raw: blocks, codes, scales and biases, the
 //     whole storage unit, KR = max(64, UNIT_W) columns at a time) go to
 //     shared memory with cp.async, RS stages;
-//   * one step ahead of the MMAs the block decodes the raw bytes of the next
-//     step through the format's decoder (`F::codes`, as every other path
-//     does) into a 128 × 64 tile of T: codes · scale + offset in f32, one
-//     rounding to T;
+//   * one step ahead, the block decodes the raw bytes of the next step into
+//     a 128 × 64 tile of T with the format's tile decoder (tc_decode.cuh:
+//     packed conversions where the format has them, else `F::codes`, as
+//     every other path does), a 16-byte unit between batches of MMAs; each
+//     thread stages and decodes 32 columns of one weight row;
+//   * dense weights of type T skip both: they are copied like A, S stages;
 //   * each warp runs ldmatrix + mma.sync on its WM × WN sub-tile, f32
 //     accumulators.
 // Every output element is a sum over k in the same order (k16 steps from
@@ -41,6 +43,7 @@
 // hit 8 different bank groups.
 #include "moekit/dequant.cuh"
 #include "moekit/pipe.cuh"
+#include "moekit/tc_decode.cuh"
 
 namespace moekit {
 
@@ -64,8 +67,8 @@ constexpr int TC_BK = 64;         // K columns a step
 template <int BM> struct TcStages { static constexpr int value = BM >= 64 ? 3 : 4; };
 constexpr u32 TC_NONE = 0xFFFFFFFFu;
 
-// Tile geometry of an instance (tc_gemm.rs: Geometry mirrors it).
-template <typename F, int BM>
+// Tile geometry of an instance (tc_gemm.rs: smem_bytes mirrors it).
+template <typename F, typename T, int BM>
 struct TcGeo {
   static constexpr int WARPS_M = BM >= 32 ? 2 : 1;
   static constexpr int WARPS_N = 8 / WARPS_M;
@@ -84,13 +87,21 @@ struct TcGeo {
   static constexpr int ROOM_DATA = (DATA_BYTES + 30) & ~15;         // = stage_room
   static constexpr int AUX_BYTES = AUX ? AUX_ELEMS * (int)sizeof(typename aux_t<F>::type) : 0;
   static constexpr int ROOM_AUX = AUX ? (AUX_BYTES + 30) & ~15 : 0;
-  static constexpr int PITCH = ROOM_DATA + 2 * ROOM_AUX;            // a staged row
+  static constexpr int PITCH = (ROOM_DATA + 2 * ROOM_AUX) | 16;     // a staged row: odd 16-byte units
   static constexpr int WORDS = (ROOM_DATA - 16) / 16 + 1;           // most 16-byte words a row's data takes
+  // Storage units of whole 16-byte words: every row's stage starts 16-aligned
+  // (tensors are) and is whole words, so staging needs no head or tail.
+  static constexpr bool ALIGNED = F::UNIT_BYTES % 16 == 0;
   static constexpr int A_BYTES = BM * TC_BK * 2;
   static constexpr int B_BYTES = TC_BROWS * TC_BK * 2;
   static constexpr int RAW_BYTES = TC_BROWS * PITCH;
-  static constexpr int SMEM = S * A_BYTES + 2 * B_BYTES + RS * RAW_BYTES;
-  static constexpr int W8 = F::CHUNK > 8 ? F::CHUNK : 8;            // weights a decode item
+  // Direct: weights of type T are copied straight into S B stages (no raw
+  // stage, no decode); else two B buffers, filled by decoding raw stages.
+  static constexpr bool DIRECT = TcDirect<F, T>::value;
+  static constexpr int BS = DIRECT ? S : 2;
+  static constexpr int SMEM = S * A_BYTES + BS * B_BYTES + (DIRECT ? 0 : RS * RAW_BYTES);
+  static_assert(F::CHUNK <= 32 && 32 % F::CHUNK == 0, "a slice is whole chunks");
+  static_assert(TC_THREADS == 2 * TC_BROWS && TC_BK == 64, "two threads a weight row, 32 columns each");
 };
 
 // Byte offset of unit u (16 bytes) of row r in a swizzled 64-column tile.
@@ -111,12 +122,6 @@ template <> struct Mma<__nv_bfloat16> {
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-  __device__ static __forceinline__ u32 pack(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const u32*>(&v);
-  }
-  // v minus its rounding to T (exact in f32).
-  __device__ static __forceinline__ float residual(float v) { return v - __bfloat162float(__float2bfloat16_rn(v)); }
 };
 template <> struct Mma<__half> {
   __device__ static __forceinline__ void run(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -124,11 +129,6 @@ template <> struct Mma<__half> {
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-  __device__ static __forceinline__ u32 pack(float lo, float hi) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const u32*>(&v);
-  }
-  __device__ static __forceinline__ float residual(float v) { return v - __half2float(__float2half_rn(v)); }
 };
 
 // The tile a block computes.
@@ -204,10 +204,10 @@ __device__ __forceinline__ TcTile find_tile(const TcParams& p, u32* scan) {
 
 template <typename F, typename T, int P, int BM>
 __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __grid_constant__ TcParams p) {
-  typedef TcGeo<F, BM> G;
+  typedef TcGeo<F, T, BM> G;
   extern __shared__ __align__(128) u8 smem[];
   __shared__ u32 scan[12];
-  __shared__ u32 arow[BM];   // x row of each A row (TC_NONE: none)
+  __shared__ const T* arow[BM];  // x row of each A row (null: none)
 
   {
     u32 dyn;
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
 
   u8* const a_sm = smem;
   u8* const b_sm = smem + G::S * G::A_BYTES;
-  u8* const raw_sm = b_sm + 2 * G::B_BYTES;
+  u8* const raw_sm = b_sm + G::BS * G::B_BYTES;
   const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   static_assert(P == 1 || P == 2 || P == 3, "one source, gate and up, or hi and lo");
   constexpr u32 HALVES = P == 1 ? 1 : 2;  // weight-row groups of a tile
@@ -231,141 +231,132 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
   const T* x = static_cast<const T*>(p.x);
 
   for (u32 i = tid; i < BM; i += TC_THREADS) {
-    u32 r = TC_NONE;
+    const T* a = nullptr;
     if (i < tile.rows) {
-      r = tile.row0 + i;
+      u32 r = tile.row0 + i;
       if (p.gather != nullptr) {
         r = p.gather[r] / p.gather_div;
-        if (r >= p.x_rows) {
-          report(p.err, ERR_SLOT);
-          r = TC_NONE;
-        }
+        if (r >= p.x_rows) report(p.err, ERR_SLOT);
       }
+      if (r < p.x_rows) a = x + (u64)r * p.k;
     }
-    arow[i] = r;
+    arow[i] = a;
   }
 
   // Weight row i (0..127) of the tile: source i / BN, output column n0 + i % BN.
-  auto wrow = [&](u32 i, u64& row, bool& valid) {
-    const u32 q = i / BN, n = n0 + i % BN;
-    const WeightSrc& s = p.src[q];
-    valid = n < p.n;
-    row = (u64)tile.e * s.rows + s.row_offset + n;
-  };
+  // Thread tid stages and decodes row tid / 2, columns 32·(tid & 1) .. + 31
+  // of each step (its "slice"), so its row's addresses are computed once.
+  // Rows 16w .. 16w + 15 belong to warp w, halves by bit 4 of the lane: a
+  // quarter-warp (8 threads) reads 8 consecutive rows' staged bytes at the
+  // same offset, distinct banks as the pitch is an odd number of 16-byte units.
+  const u32 r_me = (tid & 15) | ((tid >> 5) << 4), h_me = (tid >> 4) & 1;
   const u32 rb = p.k / F::UNIT_W * F::UNIT_BYTES;  // bytes of a weight row
   const u32 ab = G::AUX ? (p.k >> p.group_shift) * (u32)sizeof(typename aux_t<F>::type) : 0;
   const u32 n_steps = (p.k + TC_BK - 1) / TC_BK;
+  const u8* my_data;  // the row's packed bytes
+  const u8* my_aux;   // its scales (h = 0) or biases (h = 1), affine only
+  bool my_valid;
+  {
+    const u32 q = r_me / BN, n = n0 + r_me % BN;
+    const WeightSrc& s = p.src[q];
+    my_valid = n < p.n;
+    const u64 row = (u64)tile.e * s.rows + s.row_offset + n;
+    my_data = s.data + row * rb;
+    my_aux = G::AUX ? (h_me ? s.biases : s.scales) + row * ab : nullptr;
+  }
+  u8* const my_raw = raw_sm + r_me * G::PITCH;
+  __shared__ const u8* wrow[G::DIRECT ? TC_BROWS : 1];  // direct: each weight row (null: past N)
+  if (G::DIRECT && h_me == 0) wrow[G::DIRECT ? r_me : 0] = my_valid ? my_data : nullptr;
   __syncthreads();
 
+  // Thread tid copies 16-byte unit a_u = tid & 7 of A rows tid / 8 + 32c.
+  constexpr int A_PER = (BM * 8 + TC_THREADS - 1) / TC_THREADS;
+  const u32 a_u = tid & 7;
+  const u32 a_sw = swz(tid >> 3, a_u);  // + 32c rows = + 4096c bytes, same swizzle
   // Issues the copies of step j (A tile; raw stage when j starts one).
   auto issue = [&](u32 j) {
     if (j >= n_steps) return;
     const u32 k0 = j * TC_BK;
-    u8* a_dst = a_sm + (j % G::S) * G::A_BYTES;
-    for (u32 i = tid; i < (u32)BM * 8; i += TC_THREADS) {
-      const u32 r = i >> 3, u = i & 7, k = k0 + 8 * u;
-      const u32 xr = arow[r];
-      const bool ok = xr != TC_NONE && k < p.k;
-      const T* src = ok ? x + (u64)xr * p.k + k : x;
-      cp_async16(a_dst + swz(r, u), src, ok ? 16u : 0u);
+    u8* a_dst = a_sm + (j % G::S) * G::A_BYTES + a_sw;
+    const bool k_ok = k0 + 8 * a_u < p.k;
+#pragma unroll
+    for (int c = 0; c < A_PER; ++c) {
+      const u32 r = (tid >> 3) + 32 * c;  // row r's unit a_u; r & 7 is the thread's
+      if ((BM * 8) % TC_THREADS == 0 || r < (u32)BM) {
+        const T* src = arow[r];
+        const bool ok = src != nullptr && k_ok;
+        cp_async16(a_dst + 4096 * c, ok ? src + k0 + 8 * a_u : x, ok ? 16u : 0u);
+      }
     }
-    if (j % G::RSTEPS == 0) {
+    if constexpr (G::DIRECT) {
+      // Like A: unit a_u of weight rows tid / 8 + 32c, straight into B stage j % S.
+      u8* b_dst = b_sm + (j % G::S) * G::B_BYTES + a_sw;
+#pragma unroll
+      for (int c = 0; c < TC_BROWS * 8 / TC_THREADS; ++c) {
+        const u8* src = wrow[(tid >> 3) + 32 * c];
+        const bool ok = src != nullptr && k_ok;
+        cp_async16(b_dst + 4096 * c, ok ? src + (u64)(k0 + 8 * a_u) * sizeof(T) : p.x, ok ? 16u : 0u);
+      }
+    } else if (j % G::RSTEPS == 0 && my_valid) {
       const u32 kr0 = j * TC_BK;  // = raw stage start (a multiple of KR)
       const u32 kr1 = min(kr0 + (u32)G::KR, p.k);
-      u8* r_dst = raw_sm + (j / G::RSTEPS % G::RS) * G::RAW_BYTES;
+      u8* r_dst = my_raw + (j / G::RSTEPS % G::RS) * G::RAW_BYTES;
       const u32 dbytes = (kr1 - kr0) / F::UNIT_W * F::UNIT_BYTES;
-      const u32 doff = kr0 / F::UNIT_W * F::UNIT_BYTES;
-      for (u32 i = tid; i < (u32)TC_BROWS * G::WORDS; i += TC_THREADS) {
-        const u32 r = i / G::WORDS, w = i % G::WORDS;
-        u64 row;
-        bool valid;
-        wrow(r, row, valid);
-        const WeightSrc& s = p.src[r / BN];
-        const u8* src = s.data + row * rb + doff;
+      const u8* src = my_data + kr0 / F::UNIT_W * F::UNIT_BYTES;
+      if constexpr (G::ALIGNED) {
+#pragma unroll
+        for (int c = 0; c < (G::DATA_BYTES / 16 + 1) / 2; ++c) {
+          const u32 w = h_me + 2 * c;
+          if (16u * w < dbytes) cp_async16(r_dst + 16u * w, src + 16u * w, 16u);
+        }
+      } else {
         const u32 head = (u32)(reinterpret_cast<u64>(src) & 15u), end = head + dbytes;
-        if (valid && 16u * w < end)
-          cp_async16(r_dst + r * G::PITCH + 16u * w, src - head + 16u * w, end - 16u * w >= 16u ? 16u : end - 16u * w);
+#pragma unroll
+        for (int c = 0; c < (G::WORDS + 1) / 2; ++c) {
+          const u32 w = h_me + 2 * c;
+          if (16u * w < end) cp_async16(r_dst + 16u * w, src - head + 16u * w, end - 16u * w >= 16u ? 16u : end - 16u * w);
+        }
       }
       if constexpr (G::AUX) {
         typedef typename aux_t<F>::type S;
         const u32 g0 = kr0 >> p.group_shift, g1 = ((kr1 - 1) >> p.group_shift) + 1;
-        const u32 bytes = (g1 - g0) * (u32)sizeof(S);
-        for (u32 i = tid; i < (u32)TC_BROWS * 2; i += TC_THREADS) {
-          const u32 r = i >> 1, which = i & 1;
-          u64 row;
-          bool valid;
-          wrow(r, row, valid);
-          const WeightSrc& s = p.src[r / BN];
-          const u8* src = (which ? s.biases : s.scales) + row * ab + g0 * sizeof(S);
-          const u32 head = (u32)(reinterpret_cast<u64>(src) & 15u), end = head + bytes;
-          u8* dst = r_dst + r * G::PITCH + G::ROOM_DATA + which * G::ROOM_AUX;
-          if (valid)
-            for (u32 w = 0; 16u * w < end; ++w)
-              cp_async16(dst + 16u * w, src - head + 16u * w, end - 16u * w >= 16u ? 16u : end - 16u * w);
-        }
+        const u8* asrc = my_aux + g0 * sizeof(S);
+        const u32 ahead = (u32)(reinterpret_cast<u64>(asrc) & 15u), aend = ahead + (g1 - g0) * (u32)sizeof(S);
+        u8* dst = r_dst + G::ROOM_DATA + h_me * G::ROOM_AUX;
+#pragma unroll
+        for (int w = 0; w < (G::ROOM_AUX + 15) / 16; ++w)
+          if (16u * w < aend) cp_async16(dst + 16u * w, asrc - ahead + 16u * w, aend - 16u * w >= 16u ? 16u : aend - 16u * w);
       }
     }
   };
 
-  // Decodes step j's 128 × 64 weights from its raw stage into B buffer j & 1.
-  auto decode = [&](u32 j) {
-    u8* b_dst = b_sm + (j & 1) * G::B_BYTES;
-    const u32 kr0 = j / G::RSTEPS * G::KR, sub = j % G::RSTEPS;
-    const u8* r_src = raw_sm + (j / G::RSTEPS % G::RS) * G::RAW_BYTES;
-    constexpr u32 ITEMS = TC_BROWS * (TC_BK / G::W8);
-    for (u32 it = tid; it < ITEMS; it += TC_THREADS) {
-      const u32 r = it / (TC_BK / G::W8), c8 = it % (TC_BK / G::W8);
-      const u32 col = sub * TC_BK + c8 * G::W8;  // column within the raw stage
-      u64 row;
-      bool valid;
-      wrow(r, row, valid);
-      u32 packed[G::W8 / 2];
-      if (valid && kr0 + col < p.k) {
-        const WeightSrc& s = p.src[r / BN];
-        const u8* base = r_src + r * G::PITCH;
-        QRow q;
-        q.data = base + (u32)(reinterpret_cast<u64>(s.data + row * rb + kr0 / F::UNIT_W * F::UNIT_BYTES) & 15u);
-        q.scales = q.biases = nullptr;
-        if constexpr (G::AUX) {
-          typedef typename aux_t<F>::type S;
-          const u32 sh = (u32)(reinterpret_cast<u64>(s.scales + row * ab + (kr0 >> p.group_shift) * sizeof(S)) & 15u);
-          const u32 bh = (u32)(reinterpret_cast<u64>(s.biases + row * ab + (kr0 >> p.group_shift) * sizeof(S)) & 15u);
-          q.scales = base + G::ROOM_DATA + sh;
-          q.biases = base + G::ROOM_DATA + G::ROOM_AUX + bh;
-        }
-        q.k = G::KR;
-        q.group_shift = p.group_shift;
-#pragma unroll
-        for (int c = 0; c < G::W8 / F::CHUNK; ++c) {
-          float v[F::CHUNK], a[F::CHUNK / F::SUB], b[F::CHUNK / F::SUB];
-          F::codes(q, col / F::CHUNK + c, v, a, b);
-#pragma unroll
-          for (int i = 0; i < F::CHUNK; i += 2) {
-            float lo = fmaf(v[i], a[i / F::SUB], b[i / F::SUB]);
-            float hi = fmaf(v[i + 1], a[(i + 1) / F::SUB], b[(i + 1) / F::SUB]);
-            if constexpr (P == 3) {
-              if (r >= BN) {
-                lo = Mma<T>::residual(lo);
-                hi = Mma<T>::residual(hi);
-              }
-            }
-            packed[(c * F::CHUNK + i) / 2] = Mma<T>::pack(lo, hi);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < G::W8 / 2; ++i) packed[i] = 0;
-      }
-#pragma unroll
-      for (int u = 0; u < G::W8 / 8; ++u) {
-        uint4 v;
-        v.x = packed[4 * u];
-        v.y = packed[4 * u + 1];
-        v.z = packed[4 * u + 2];
-        v.w = packed[4 * u + 3];
-        *reinterpret_cast<uint4*>(b_dst + swz(r, c8 * (G::W8 / 8) + u)) = v;
-      }
+  // This thread's slice of step j in its raw stage. Scales and biases share
+  // their misalignment (both tensors start 16-byte aligned, same row layout).
+  auto slice = [&](u32 j) {
+    TcSlice s;
+    const u32 kr0 = j / G::RSTEPS * G::KR;
+    const u8* base = my_raw + (j / G::RSTEPS % G::RS) * G::RAW_BYTES;
+    s.col = j % G::RSTEPS * TC_BK + 32u * h_me;
+    const u32 kc = kr0 + s.col;
+    s.cols = my_valid && kc < p.k ? min(32u, p.k - kc) : 0u;
+    s.data = base;
+    if constexpr (!G::ALIGNED) s.data += (u32)(reinterpret_cast<u64>(my_data + kr0 / F::UNIT_W * F::UNIT_BYTES) & 15u);
+    s.scales = s.biases = nullptr;
+    if constexpr (G::AUX) {
+      typedef typename aux_t<F>::type S;
+      const u32 ahead = (u32)(reinterpret_cast<u64>(my_aux + (kr0 >> p.group_shift) * sizeof(S)) & 15u);
+      s.scales = base + G::ROOM_DATA + ahead;
+      s.biases = base + G::ROOM_DATA + G::ROOM_AUX + ahead;
     }
+    s.kr = G::KR;
+    s.group_shift = p.group_shift;
+    s.lo = P == 3 && r_me >= BN;
+    return s;
+  };
+  typedef typename TcDecOf<F, T>::type Dec;
+  // Unit u (8 weights) of this thread's slice into B buffer j & 1.
+  auto put = [&](u32 j, int u, uint4 v) {
+    *reinterpret_cast<uint4*>(b_sm + (j & 1) * G::B_BYTES + swz(r_me, 4 * h_me + u)) = v;
   };
 
   // Warp sub-tile: rows wm0 .., weight rows of n8 tile j at brow[j].
@@ -396,39 +387,50 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
   }
   cp_async_wait<G::S - 2>();
   __syncthreads();
-  decode(0);
+  if constexpr (!G::DIRECT) {
+    Dec d;
+    d.load(slice(0));
+#pragma unroll
+    for (int u = 0; u < 4; ++u) put(0, u, d.unit(u));
+  }
 
   // Step ks: group ks + 1 has landed (wait), every thread is past step
   // ks − 1 (sync), so A stage (ks − 1) % S, raw stages older than the next
   // decode's and B buffer (ks + 1) & 1 are free: issue group ks + S − 1,
-  // decode step ks + 1, multiply step ks. A raw stage serves RSTEPS steps;
-  // RS = 1 + ⌈(S − 2) / RSTEPS⌉ stages keep the one being refilled clear of
-  // the ones still to be decoded.
+  // multiply step ks and, between its four k16 batches of MMAs, decode step
+  // ks + 1 a unit at a time (the last step decodes nothing: its slices have
+  // no columns). A raw stage serves RSTEPS steps; RS = 1 + ⌈(S − 2) /
+  // RSTEPS⌉ stages keep the one being refilled clear of the ones still to be
+  // decoded.
   for (u32 ks = 0; ks < n_steps; ++ks) {
     cp_async_wait<G::S - 3>();
     __syncthreads();
     issue(ks + G::S - 1);
     cp_async_commit();
-    if (ks + 1 < n_steps) decode(ks + 1);
+    Dec d;
+    if constexpr (!G::DIRECT) d.load(slice(ks + 1));
     const u8* a_t = a_sm + (ks % G::S) * G::A_BYTES;
-    const u8* b_t = b_sm + (ks & 1) * G::B_BYTES;
+    const u8* b_t = b_sm + (ks % G::BS) * G::B_BYTES;
 #pragma unroll
     for (int kk = 0; kk < TC_BK / 16; ++kk) {
       u32 af[G::MI][4];
 #pragma unroll
       for (int i = 0; i < G::MI; ++i)
         ldsm_x4(smem_addr(a_t + swz(wm0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4))), af[i]);
+      u32 bf[G::NJ / 2][4];
 #pragma unroll
       for (int j = 0; j < G::NJ; j += 2) {
-        u32 bf[4];
         const u32 r = (lane & 16 ? brow[j + 1] : brow[j]) + (lane & 7);
-        ldsm_x4(smem_addr(b_t + swz(r, 2 * kk + ((lane >> 3) & 1))), bf);
+        ldsm_x4(smem_addr(b_t + swz(r, 2 * kk + ((lane >> 3) & 1))), bf[j / 2]);
+      }
+#pragma unroll
+      for (int j = 0; j < G::NJ; j += 2)
 #pragma unroll
         for (int i = 0; i < G::MI; ++i) {
-          Mma<T>::run(acc[i][j], af[i], bf[0], bf[1]);
-          Mma<T>::run(acc[i][j + 1], af[i], bf[2], bf[3]);
+          Mma<T>::run(acc[i][j], af[i], bf[j / 2][0], bf[j / 2][1]);
+          Mma<T>::run(acc[i][j + 1], af[i], bf[j / 2][2], bf[j / 2][3]);
         }
-      }
+      if constexpr (!G::DIRECT) put(ks + 1, kk, d.unit(kk));
     }
   }
   cp_async_wait<0>();

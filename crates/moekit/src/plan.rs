@@ -35,15 +35,19 @@ pub struct Plan {
 
 /// Largest token count for which the fused decode path is chosen over the
 /// tensor-core path when both take the block: the measured crossover (H100,
-/// qwen3-30b-a3b, bf16, CUDA-graph medians, `moekit bench --path decode|tc`):
-/// affine4-g64 decode 0.438 ms vs tensor cores 0.451 ms at T = 16, 0.859 vs
-/// 0.581 at T = 32; q4_k 0.301 vs 0.324 at T = 8, 0.549 vs 0.445 at T = 16.
-/// bf16 at T = 16: decode 0.969 ms vs tensor cores 0.516 ms. GGUF block
-/// and dense formats take the crossover of 8, affine formats 16.
+/// qwen3-30b-a3b, bf16 activations, CUDA-graph medians, `moekit bench --path
+/// decode|tc`, bench/results/h100/tc/crossover_*.json), decode vs tensor cores:
+/// * affine4-g64: T = 4 0.122 vs 0.164 ms, T = 8 0.238 vs 0.242, T = 16 0.440
+///   vs 0.322 → decode up to 8;
+/// * q4_k: T = 4 0.152 vs 0.163, T = 8 0.301 vs 0.239; q8_0: T = 4 0.163 vs
+///   0.199, T = 8 0.347 vs 0.294 → GGUF blocks decode up to 4;
+/// * bf16: T = 4 0.294 vs 0.185 → dense weights decode up to 2 (T = 2 and 3
+///   not measured).
 pub fn decode_max_tokens(expert_format: WeightFormat) -> usize {
     match expert_format {
-        WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } => 16,
-        _ => 8,
+        WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } => 8,
+        WeightFormat::Dense(_) => 2,
+        WeightFormat::Ggml(_) => 4,
     }
 }
 

@@ -43,6 +43,10 @@ pub static HEADERS: &[Source] = &[
         text: include_str!("../../kernels/pipe.cuh"),
     },
     Source {
+        name: "moekit/tc_decode.cuh",
+        text: include_str!("../../kernels/tc_decode.cuh"),
+    },
+    Source {
         name: "moekit/route.cuh",
         text: include_str!("../../kernels/route.cuh"),
     },

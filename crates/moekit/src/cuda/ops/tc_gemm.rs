@@ -101,16 +101,23 @@ fn unit(format: WeightFormat) -> (usize, usize) {
     }
 }
 
-/// Shared memory of an instance (`TcGeo::SMEM`).
-fn smem_bytes(w: &QuantWeights, bm: usize) -> usize {
+/// Shared memory of an instance (`TcGeo::SMEM`) for activations of `dtype`.
+fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
+    let a_b = stages(bm) * bm * BK * 2;
+    let b_tile = BROWS * BK * 2;
+    // Dense weights of the activation type go straight to S B stages.
+    if w.format() == WeightFormat::Dense(dtype) {
+        return a_b + stages(bm) * b_tile;
+    }
     let room = |n: usize| (n + 30) & !15;
     let (uw, ub) = unit(w.format());
     let kr = uw.max(BK);
     let rsteps = kr / BK;
     let rs = 1 + (stages(bm) - 2).div_ceil(rsteps);
     let aux = w.scales().map_or(0, |s| room(kr / 32 * s.dtype().size()));
-    let pitch = room(kr / uw * ub) + 2 * aux;
-    stages(bm) * bm * BK * 2 + 2 * BROWS * BK * 2 + rs * BROWS * pitch
+    // An odd number of 16-byte units (bank-conflict-free row reads).
+    let pitch = (room(kr / uw * ub) + 2 * aux) | 16;
+    a_b + 2 * b_tile + rs * BROWS * pitch
 }
 
 /// The tile row count for `m` rows spread over up to `n_experts` experts:
@@ -147,7 +154,7 @@ pub fn supports(
     if w.n_experts() > MAX_EXPERTS {
         return Err(format!("{} experts: at most {MAX_EXPERTS}", w.n_experts()));
     }
-    let need = smem_bytes(w, TILE_ROWS[TILE_ROWS.len() - 1]);
+    let need = smem_bytes(w, dtype, TILE_ROWS[TILE_ROWS.len() - 1]);
     if need > smem_optin {
         return Err(format!(
             "{} tiles need {need} bytes of shared memory a block; the device allows {smem_optin}",
@@ -282,7 +289,7 @@ fn run(
     };
     check_out(op, out, x.dtype(), &[m, n])?;
     let bm = tile_rows(m, e);
-    let smem = smem_bytes(w, bm);
+    let smem = smem_bytes(w, x.dtype(), bm);
     let bn = if p_sources == 1 { BROWS } else { BROWS / 2 };
     let m_tiles = m.div_ceil(bm) + if offsets == 0 { 0 } else { e.min(m) };
     let (gx, gy) = (n.div_ceil(bn), m_tiles);
@@ -413,7 +420,7 @@ mod tests {
         for f in fmts {
             let w =
                 crate::format::random::random_weights(f, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
-            let s = smem_bytes(&w, 128);
+            let s = smem_bytes(&w, DType::Bf16, 128);
             assert!(s <= 227 * 1024, "{f}: {s}");
         }
     }

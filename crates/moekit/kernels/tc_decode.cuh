@@ -1,0 +1,214 @@
+// moekit/tc_decode.cuh — the tile decoders of the tensor-core GEMM
+// (tc_gemm.cu): a thread's slice of a pipeline step, 32 consecutive weights
+// of one weight row read from the raw stage in shared memory, as packed
+// pairs of the activation type T, one 16-byte unit (8 weights) at a time.
+//
+// A decoder D has
+//   D::load(slice)   reads what the slice needs from shared memory;
+//   D::unit(u)       weights 8u .. 8u + 7 of the slice, packed (T pairs).
+// The kernel calls load one step ahead and unit(u) after the u-th batch of
+// MMAs, so the decoding work of the next step is spread over this step's
+// tensor-core work.
+//
+// Every format has the generic decoder (`TcDecCodes`): F::codes, the same
+// decoders the other paths use, one fmaf and one rounding to T per weight.
+// Formats with packed codes where it pays have a fast one (`TcDecOf`
+// specializations), which converts codes to T pairs with the magic-number
+// trick (the code ORed under the exponent of 2^7 (bf16) or 2^10 (f16), one
+// exact subtraction) and applies scale and offset with one packed FMA per
+// pair (one rounding, of the exact q·s + b, where the generic decoder rounds
+// twice: to f32, then to T). Fast decoders need their scales in T: MLX
+// affine scales of the activation type as they are (others rounded once to
+// T), K-quant sub-block scales (d·sc, dmin·m, exact in f32) rounded once to T.
+#pragma once
+#include "moekit/dequant.cuh"
+
+namespace moekit {
+
+template <typename A, typename B> struct is_same { static constexpr bool value = false; };
+template <typename A> struct is_same<A, A> { static constexpr bool value = true; };
+
+// A thread's slice: 32 weights of a weight row, staged in shared memory.
+struct TcSlice {
+  const u8* data;    // the row's staged bytes at the raw stage's first unit
+  const u8* scales;  // affine: staged scales at the stage's first group
+  const u8* biases;
+  u32 col;           // first column of the slice within the raw stage (a multiple of 32)
+  u32 cols;          // columns of the slice inside K and on a valid row: 0, or a multiple of 8 ≤ 32
+  u32 kr;            // columns a raw stage holds
+  u32 group_shift;
+  bool lo;           // hi/lo split (P = 3): this row holds the low halves
+};
+
+// Packed pairs of T.
+template <typename T> struct Pk;
+template <> struct Pk<__nv_bfloat16> {
+  static constexpr u32 MAGIC = 0x43004300u;  // (128, 128): 0x4300 | q = 128 + q for q < 128
+  static constexpr u32 NEG = 0xC300C300u;    // (−128, −128)
+  __device__ static __forceinline__ u32 pack(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const u32*>(&v);
+  }
+  __device__ static __forceinline__ float residual(float v) { return v - __bfloat162float(__float2bfloat16_rn(v)); }
+  // (v + NEG) · s + b, pairwise: the magic pair's codes, scaled and offset.
+  __device__ static __forceinline__ u32 scale(u32 v, u32 s, u32 b) {
+    typedef __nv_bfloat162 V;
+    const u32 neg = NEG;
+    V q = __hadd2(*reinterpret_cast<const V*>(&v), *reinterpret_cast<const V*>(&neg));
+    q = __hfma2(q, *reinterpret_cast<const V*>(&s), *reinterpret_cast<const V*>(&b));
+    return *reinterpret_cast<const u32*>(&q);
+  }
+};
+template <> struct Pk<__half> {
+  static constexpr u32 MAGIC = 0x64006400u;  // (1024, 1024)
+  static constexpr u32 NEG = 0xE400E400u;    // (−1024, −1024)
+  __device__ static __forceinline__ u32 pack(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const u32*>(&v);
+  }
+  __device__ static __forceinline__ float residual(float v) { return v - __half2float(__float2half_rn(v)); }
+  __device__ static __forceinline__ u32 scale(u32 v, u32 s, u32 b) {
+    typedef __half2 V;
+    const u32 neg = NEG;
+    V q = __hadd2(*reinterpret_cast<const V*>(&v), *reinterpret_cast<const V*>(&neg));
+    q = __hfma2(q, *reinterpret_cast<const V*>(&s), *reinterpret_cast<const V*>(&b));
+    return *reinterpret_cast<const u32*>(&q);
+  }
+};
+
+// The generic decoder: F::codes, fmaf, one rounding to T (and for the hi/lo
+// split's low rows, the residual of that rounding).
+template <typename F, typename T>
+struct TcDecCodes {
+  u32 v[16];
+  __device__ __forceinline__ void load(const TcSlice& s) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = 0;
+    if (s.cols == 0) return;
+    QRow q;
+    q.data = s.data;
+    q.scales = s.scales;
+    q.biases = s.biases;
+    q.k = s.kr;
+    q.group_shift = s.group_shift;
+#pragma unroll
+    for (int c = 0; c < 32 / F::CHUNK; ++c) {
+      if ((u32)(c * F::CHUNK) >= s.cols) break;
+      float w[F::CHUNK], a[F::CHUNK / F::SUB], b[F::CHUNK / F::SUB];
+      F::codes(q, s.col / F::CHUNK + c, w, a, b);
+#pragma unroll
+      for (int i = 0; i < F::CHUNK; i += 2) {
+        float lo = fmaf(w[i], a[i / F::SUB], b[i / F::SUB]);
+        float hi = fmaf(w[i + 1], a[(i + 1) / F::SUB], b[(i + 1) / F::SUB]);
+        if (s.lo) {
+          lo = Pk<T>::residual(lo);
+          hi = Pk<T>::residual(hi);
+        }
+        v[(c * F::CHUNK + i) / 2] = Pk<T>::pack(lo, hi);
+      }
+    }
+  }
+  __device__ __forceinline__ uint4 unit(int u) const { return make_uint4(v[4 * u], v[4 * u + 1], v[4 * u + 2], v[4 * u + 3]); }
+};
+
+// Dense weights of the activation type need no decoder: tc_gemm copies them
+// straight into its B tiles (`TcDirect`).
+template <typename F, typename T> struct TcDirect { static constexpr bool value = false; };
+template <typename T> struct TcDirect<FmtDense<T>, T> { static constexpr bool value = true; };
+
+// 8 codes of 4 bits at nibbles 0..7 of w (MLX affine order) → 4 T pairs
+// (codes 2i, 2i + 1), scaled and offset.
+template <typename T>
+__device__ __forceinline__ uint4 nibbles8(u32 w, u32 s2, u32 b2) {
+  // Pairs (0,4), (1,5), (2,6), (3,7): nibbles 4 apart sit 16 bits apart.
+  const u32 a0 = Pk<T>::scale((w & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);
+  const u32 a1 = Pk<T>::scale(((w >> 4) & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);
+  const u32 a2 = Pk<T>::scale(((w >> 8) & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);
+  const u32 a3 = Pk<T>::scale(((w >> 12) & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);
+  return make_uint4(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410), __byte_perm(a0, a1, 0x7632),
+                    __byte_perm(a2, a3, 0x7632));
+}
+
+// Scale or offset bits of type S as a T pair: as they are when S is T, else
+// through f32 (one rounding to T).
+template <typename S, typename T>
+__device__ __forceinline__ u32 pair_of(u32 bits) {
+  if constexpr (is_same<S, T>::value) return bits | (bits << 16);
+  else {
+    const float v = widen_bits<S>(bits);
+    return Pk<T>::pack(v, v);
+  }
+}
+
+// MLX affine 4-bit (scales and biases of type S).
+template <typename S, typename T>
+struct TcDecAffine4 {
+  uint4 w;
+  u32 s2, b2;
+  __device__ __forceinline__ void load(const TcSlice& s) {
+    w = *reinterpret_cast<const uint4*>(s.data + s.col / 2);  // 16 bytes: 32 codes
+    const u32 g = s.col >> s.group_shift;
+    u32 sb, bb;
+    if constexpr (sizeof(S) == 2) {
+      sb = load_u16(s.scales + 2 * g);
+      bb = load_u16(s.biases + 2 * g);
+    } else {
+      sb = reinterpret_cast<const u32*>(s.scales)[g];
+      bb = reinterpret_cast<const u32*>(s.biases)[g];
+    }
+    // No columns: scale and offset 0 give exact zeros, without a branch
+    // between the MMAs the units are interleaved with.
+    s2 = s.cols != 0 ? pair_of<S, T>(sb) : 0u;
+    b2 = s.cols != 0 ? pair_of<S, T>(bb) : 0u;
+  }
+  __device__ __forceinline__ uint4 unit(int u) const {
+    return nibbles8<T>(u == 0 ? w.x : u == 1 ? w.y : u == 2 ? w.z : w.w, s2, b2);
+  }
+};
+
+// Q4_K: a raw stage is one super-block; the slice is group g = col / 32,
+// codes = the low (g even) or high nibbles of qs[32·(g/2) ..].
+template <typename T>
+struct TcDecQ4K {
+  uint4 q0, q1;
+  u32 s2, b2, shift;
+  __device__ __forceinline__ void load(const TcSlice& s) {
+    const u8* blk = s.data;  // KR = QK_K: the stage's only block
+    const u32 g = s.col / 32;
+    const uint4 hdr = *reinterpret_cast<const uint4*>(blk);
+    q0 = *reinterpret_cast<const uint4*>(blk + Q4_K_QS + 32 * (g >> 1));
+    q1 = *reinterpret_cast<const uint4*>(blk + Q4_K_QS + 32 * (g >> 1) + 16);
+    u32 sc, m;
+    scale_min_k4(hdr.y, hdr.z, hdr.w, g, sc, m);
+    const float dl = __fmul_rn(half_bits_to_f32(hdr.x), (float)sc);
+    const float ml = __fmul_rn(half_bits_to_f32(hdr.x >> 16), (float)m);
+    const bool ok = s.cols != 0;  // else exact zeros (see TcDecAffine4)
+    s2 = ok ? Pk<T>::pack(dl, dl) : 0u;
+    b2 = ok ? Pk<T>::pack(-ml, -ml) : 0u;
+    shift = 4 * (g & 1);
+  }
+  // Codes l .. l + 3 at bits 8i + shift of w → pairs (l, l+1), (l+2, l+3).
+  __device__ __forceinline__ void four(u32 w, u32& lo, u32& hi) const {
+    const u32 y = w >> shift;
+    const u32 a = Pk<T>::scale((y & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);         // (l, l+2)
+    const u32 b = Pk<T>::scale(((y >> 8) & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);  // (l+1, l+3)
+    lo = __byte_perm(a, b, 0x5410);
+    hi = __byte_perm(a, b, 0x7632);
+  }
+  __device__ __forceinline__ uint4 unit(int u) const {
+    const uint4 q = u < 2 ? q0 : q1;
+    const u32 w0 = (u & 1) ? q.z : q.x, w1 = (u & 1) ? q.w : q.y;
+    uint4 r;
+    four(w0, r.x, r.y);
+    four(w1, r.z, r.w);
+    return r;
+  }
+};
+
+// The decoder of format F for activations T: the generic one unless a fast
+// one is specialized below.
+template <typename F, typename T> struct TcDecOf { typedef TcDecCodes<F, T> type; };
+template <typename S, typename T> struct TcDecOf<FmtAffine<4, S>, T> { typedef TcDecAffine4<S, T> type; };
+template <typename T> struct TcDecOf<FmtQ4_K, T> { typedef TcDecQ4K<T> type; };
+
+}  // namespace moekit
