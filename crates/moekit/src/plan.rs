@@ -41,12 +41,13 @@ pub struct Plan {
 ///   vs 0.322 → decode up to 8;
 /// * q4_k: T = 4 0.152 vs 0.163, T = 8 0.301 vs 0.239; q8_0: T = 4 0.163 vs
 ///   0.199, T = 8 0.347 vs 0.294 → GGUF blocks decode up to 4;
-/// * bf16: T = 4 0.294 vs 0.185 → dense weights decode up to 2 (T = 2 and 3
-///   not measured).
+/// * bf16: T = 1 0.095 vs 0.099, T = 2 0.157 vs 0.125 → dense weights decode
+///   at 1 token only (crossover_low_*.json: affine4, q4_k, q8_0 decode still
+///   win at T = 1..3).
 pub fn decode_max_tokens(expert_format: WeightFormat) -> usize {
     match expert_format {
         WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } => 8,
-        WeightFormat::Dense(_) => 2,
+        WeightFormat::Dense(_) => 1,
         WeightFormat::Ggml(_) => 4,
     }
 }
