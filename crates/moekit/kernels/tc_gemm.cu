@@ -33,7 +33,10 @@
 //     thread stages and decodes 32 columns of one weight row;
 //   * dense weights of type T skip both: they are copied like A, S stages;
 //   * each warp runs ldmatrix + mma.sync on its WM × WN sub-tile, f32
-//     accumulators.
+//     accumulators; on sm_90a, tiles of 128 rows instead run
+//     wgmma.mma_async m64n128k16 (moekit/wgmma.cuh), one warpgroup per 64
+//     rows, issued before the next step's decode and waited for after it,
+//     so the decoding overlaps the tensor cores.
 // Every output element is a sum over k in the same order (k16 steps from
 // k = 0) whatever the tile size, the batch or the row's position: results
 // are deterministic and batch-invariant, and no split-K is used.
@@ -44,6 +47,7 @@
 #include "moekit/dequant.cuh"
 #include "moekit/pipe.cuh"
 #include "moekit/tc_decode.cuh"
+#include "moekit/wgmma.cuh"
 
 namespace moekit {
 
@@ -99,7 +103,10 @@ struct TcGeo {
   // stage, no decode); else two B buffers, filled by decoding raw stages.
   static constexpr bool DIRECT = TcDirect<F, T>::value;
   static constexpr int BS = DIRECT ? S : 2;
-  static constexpr int SMEM = S * A_BYTES + BS * B_BYTES + (DIRECT ? 0 : RS * RAW_BYTES);
+  // Tiles of 128 rows may run on wgmma (sm_90a), whose swizzle needs
+  // 1024-byte-aligned tiles: room to align the dynamic shared memory.
+  static constexpr int SLACK = BM == 128 ? 1024 : 0;
+  static constexpr int SMEM = S * A_BYTES + BS * B_BYTES + (DIRECT ? 0 : RS * RAW_BYTES) + SLACK;
   static_assert(F::CHUNK <= 32 && 32 % F::CHUNK == 0, "a slice is whole chunks");
   static_assert(TC_THREADS == 2 * TC_BROWS && TC_BK == 64, "two threads a weight row, 32 columns each");
 };
@@ -220,8 +227,8 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
   const TcTile tile = find_tile<BM>(p, scan);
   if (tile.rows == 0) return;
 
-  u8* const a_sm = smem;
-  u8* const b_sm = smem + G::S * G::A_BYTES;
+  u8* const a_sm = smem + (G::SLACK ? (G::SLACK - (smem_addr(smem) & (G::SLACK - 1))) & (G::SLACK - 1) : 0u);
+  u8* const b_sm = a_sm + G::S * G::A_BYTES;
   u8* const raw_sm = b_sm + G::BS * G::B_BYTES;
   const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   static_assert(P == 1 || P == 2 || P == 3, "one source, gate and up, or hi and lo");
@@ -371,9 +378,14 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
     const u32 q = j / per, jj = j % per;
     brow[j] = q * BN + wn * (G::WNR / HALVES) + 8 * jj;
   }
-  float acc[G::MI][G::NJ][4];
+  // wgmma (sm_90a, 128-row tiles) or mma.sync accumulators.
+  constexpr bool WG = TC_WGMMA && BM == 128;
+  float wacc[WG ? 64 : 1];
 #pragma unroll
-  for (int i = 0; i < G::MI; ++i)
+  for (int i = 0; i < (WG ? 64 : 1); ++i) wacc[i] = 0.f;
+  float acc[WG ? 1 : G::MI][G::NJ][4];
+#pragma unroll
+  for (int i = 0; i < (WG ? 1 : G::MI); ++i)
 #pragma unroll
     for (int j = 0; j < G::NJ; ++j)
 #pragma unroll
@@ -402,6 +414,36 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
   // no columns). A raw stage serves RSTEPS steps; RS = 1 + ⌈(S − 2) /
   // RSTEPS⌉ stages keep the one being refilled clear of the ones still to be
   // decoded.
+  if constexpr (WG) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // Warpgroup wg multiplies rows 64wg .. of the tile by all 128 weight
+    // rows, asynchronously: the block decodes the next step meanwhile.
+    const u32 wg = warp >> 2;
+    for (u32 ks = 0; ks < n_steps; ++ks) {
+      cp_async_wait<G::S - 3>();
+      fence_async_smem();
+      __syncthreads();
+      issue(ks + G::S - 1);
+      cp_async_commit();
+      const u32 a_t = smem_addr(a_sm + (ks % G::S) * G::A_BYTES) + wg * 64 * 128;
+      const u32 b_t = smem_addr(b_sm + (ks % G::BS) * G::B_BYTES);
+      wg_keep(wacc);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < TC_BK / 16; ++kk) Wgmma<T>::run(wacc, wg_desc(a_t + 32 * kk), wg_desc(b_t + 32 * kk), 1u);
+      wg_commit();
+      wg_keep(wacc);
+      if constexpr (!G::DIRECT) {
+        Dec d;
+        d.load(slice(ks + 1));
+#pragma unroll
+        for (int u = 0; u < 4; ++u) put(ks + 1, u, d.unit(u));
+      }
+      wg_wait0();
+      wg_keep(wacc);
+    }
+#endif
+  } else {
   for (u32 ks = 0; ks < n_steps; ++ks) {
     cp_async_wait<G::S - 3>();
     __syncthreads();
@@ -433,11 +475,35 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
       if constexpr (!G::DIRECT) put(ks + 1, kk, d.unit(kk));
     }
   }
+  }
   cp_async_wait<0>();
 
   // Epilogue: c0, c1 at (row g, cols 2t, 2t+1), c2, c3 at row g + 8.
   T* out = static_cast<T*>(p.out);
   const u32 g = lane >> 2, t4 = lane & 3;
+  if constexpr (WG) {
+    // wgmma: n8 tile j of rows 64·wg + 16·(warp % 4) + g (+ 8): weight rows
+    // 8j .. (P > 1: gate/hi j < 8, up/lo j + 8).
+    constexpr u32 NT = TC_BROWS / 8 / HALVES;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const u32 r = (warp >> 2) * 64 + (warp & 3) * 16 + g + 8 * h;
+      if (r >= tile.rows) continue;
+      T* orow = out + (u64)(tile.row0 + r) * p.n;
+#pragma unroll
+      for (u32 j = 0; j < NT; ++j) {
+        const u32 n = n0 + 8 * j + 2 * t4;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          if (n + c >= p.n) continue;
+          float y = wacc[4 * j + 2 * h + c];
+          if constexpr (P == 2) y = silu(y) * wacc[4 * (j + NT) + 2 * h + c];
+          if constexpr (P == 3) y += wacc[4 * (j + NT) + 2 * h + c];
+          orow[n + c] = from_f32<T>(y);
+        }
+      }
+    }
+  } else {
   constexpr u32 per = G::NJ / HALVES;
 #pragma unroll
   for (int i = 0; i < G::MI; ++i)
@@ -460,6 +526,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
         }
       }
     }
+  }
 }
 
 }  // namespace moekit

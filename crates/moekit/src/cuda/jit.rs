@@ -47,6 +47,10 @@ pub static HEADERS: &[Source] = &[
         text: include_str!("../../kernels/tc_decode.cuh"),
     },
     Source {
+        name: "moekit/wgmma.cuh",
+        text: include_str!("../../kernels/wgmma.cuh"),
+    },
+    Source {
         name: "moekit/route.cuh",
         text: include_str!("../../kernels/route.cuh"),
     },

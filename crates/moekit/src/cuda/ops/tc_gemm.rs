@@ -106,8 +106,10 @@ fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
     let a_b = stages(bm) * bm * BK * 2;
     let b_tile = BROWS * BK * 2;
     // Dense weights of the activation type go straight to S B stages.
+    // 128-row tiles may run on wgmma: room to align the tiles to 1024 bytes.
+    let slack = if bm == 128 { 1024 } else { 0 };
     if w.format() == WeightFormat::Dense(dtype) {
-        return a_b + stages(bm) * b_tile;
+        return a_b + stages(bm) * b_tile + slack;
     }
     let room = |n: usize| (n + 30) & !15;
     let (uw, ub) = unit(w.format());
@@ -117,7 +119,7 @@ fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
     let aux = w.scales().map_or(0, |s| room(kr / 32 * s.dtype().size()));
     // An odd number of 16-byte units (bank-conflict-free row reads).
     let pitch = (room(kr / uw * ub) + 2 * aux) | 16;
-    a_b + 2 * b_tile + rs * BROWS * pitch
+    a_b + 2 * b_tile + rs * BROWS * pitch + slack
 }
 
 /// The tile row count for `m` rows spread over up to `n_experts` experts:
