@@ -15,8 +15,9 @@
 // row uses expert 0 when offsets is null).
 //
 // Work: a block computes a BM × BN tile of y with 8 warps: BN = 128 (P = 1)
-// or 64 output columns, i.e. 128 weight rows (the gate rows, then the up
-// rows, for P = 2; the hi rows, then the lo rows, for P = 3). Tiles never straddle experts: blockIdx.y is the tile's index in
+// or 64 output columns, i.e. 128 weight rows (for P = 2, 3: gate and up, or
+// hi and lo, rows of the same columns in alternating groups of 8:
+// `tile_row`). Tiles never straddle experts: blockIdx.y is the tile's index in
 // the list of every expert's ⌈rows / BM⌉ tiles, found by a block-wide scan of
 // the offsets (no host round trip; the grid is sized for the worst case,
 // ⌈M / BM⌉ + min(E, M) tiles, and blocks past the last tile exit).
@@ -33,10 +34,11 @@
 //     thread stages and decodes 32 columns of one weight row;
 //   * dense weights of type T skip both: they are copied like A, S stages;
 //   * each warp runs ldmatrix + mma.sync on its WM × WN sub-tile, f32
-//     accumulators; on sm_90a, tiles of 128 rows instead run
-//     wgmma.mma_async m64n128k16 (moekit/wgmma.cuh), one warpgroup per 64
-//     rows, issued before the next step's decode and waited for after it,
-//     so the decoding overlaps the tensor cores.
+//     accumulators; on sm_90a, tiles of ≥ 32 rows instead run
+//     wgmma.mma_async m64nBMk16 (moekit/wgmma.cuh) with the weights as M
+//     (one warpgroup per 64 weight rows) and the tile's rows as N, issued
+//     before the next step's decode and waited for after it, so the decoding
+//     overlaps the tensor cores.
 // Every output element is a sum over k in the same order (k16 steps from
 // k = 0) whatever the tile size, the batch or the row's position: results
 // are deterministic and batch-invariant, and no split-K is used.
@@ -103,9 +105,9 @@ struct TcGeo {
   // stage, no decode); else two B buffers, filled by decoding raw stages.
   static constexpr bool DIRECT = TcDirect<F, T>::value;
   static constexpr int BS = DIRECT ? S : 2;
-  // Tiles of 128 rows may run on wgmma (sm_90a), whose swizzle needs
+  // Tiles of ≥ 32 rows may run on wgmma (sm_90a), whose swizzle needs
   // 1024-byte-aligned tiles: room to align the dynamic shared memory.
-  static constexpr int SLACK = BM == 128 ? 1024 : 0;
+  static constexpr int SLACK = BM >= 32 ? 1024 : 0;
   static constexpr int SMEM = S * A_BYTES + BS * B_BYTES + (DIRECT ? 0 : RS * RAW_BYTES) + SLACK;
   static_assert(F::CHUNK <= 32 && 32 % F::CHUNK == 0, "a slice is whole chunks");
   static_assert(TC_THREADS == 2 * TC_BROWS && TC_BK == 64, "two threads a weight row, 32 columns each");
@@ -137,6 +139,21 @@ template <> struct Mma<__half> {
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 };
+
+// Weight row i (0..127) of a tile: its source q and output column (from
+// the tile's first). P = 1: column i. P = 2, 3: 8-row groups alternate the
+// two sources (gate/up, hi/lo) of the same 8 columns, so that a column's two
+// rows sit in one MMA fragment (rows g and g + 8 of a wgmma warp's 16).
+template <int P>
+__device__ __forceinline__ void tile_row(u32 i, u32& q, u32& col) {
+  if constexpr (P == 1) {
+    q = 0;
+    col = i;
+  } else {
+    q = (i >> 3) & 1;
+    col = ((i >> 4) << 3) | (i & 7);
+  }
+}
 
 // The tile a block computes.
 struct TcTile {
@@ -264,7 +281,9 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
   const u8* my_aux;   // its scales (h = 0) or biases (h = 1), affine only
   bool my_valid;
   {
-    const u32 q = r_me / BN, n = n0 + r_me % BN;
+    u32 q, c;
+    tile_row<P>(r_me, q, c);
+    const u32 n = n0 + c;
     const WeightSrc& s = p.src[q];
     my_valid = n < p.n;
     const u64 row = (u64)tile.e * s.rows + s.row_offset + n;
@@ -357,7 +376,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
     }
     s.kr = G::KR;
     s.group_shift = p.group_shift;
-    s.lo = P == 3 && r_me >= BN;
+    s.lo = P == 3 && ((r_me >> 3) & 1);
     return s;
   };
   typedef typename TcDecOf<F, T>::type Dec;
@@ -376,13 +395,15 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
     // columns, gate rows (j < NJ/2) then the same columns' up rows.
     constexpr u32 per = G::NJ / HALVES;
     const u32 q = j / per, jj = j % per;
-    brow[j] = q * BN + wn * (G::WNR / HALVES) + 8 * jj;
+    const u32 col = wn * (G::WNR / HALVES) + 8 * jj;
+    brow[j] = P == 1 ? col : ((col >> 3) << 4) | (q << 3);
   }
-  // wgmma (sm_90a, 128-row tiles) or mma.sync accumulators.
-  constexpr bool WG = TC_WGMMA && BM == 128;
-  float wacc[WG ? 64 : 1];
+  // wgmma (sm_90a, tiles of ≥ 32 rows) or mma.sync accumulators.
+  constexpr bool WG = TC_WGMMA && BM >= 32;
+  constexpr int WR = WG ? BM / 2 : 1;
+  float wacc[WR];
 #pragma unroll
-  for (int i = 0; i < (WG ? 64 : 1); ++i) wacc[i] = 0.f;
+  for (int i = 0; i < WR; ++i) wacc[i] = 0.f;
   float acc[WG ? 1 : G::MI][G::NJ][4];
 #pragma unroll
   for (int i = 0; i < (WG ? 1 : G::MI); ++i)
@@ -416,8 +437,9 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
   // decoded.
   if constexpr (WG) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    // Warpgroup wg multiplies rows 64wg .. of the tile by all 128 weight
-    // rows, asynchronously: the block decodes the next step meanwhile.
+    // Weights on wgmma's M side, tokens on N: warpgroup wg multiplies
+    // weight rows 64wg .. 64wg + 63 by the tile's BM rows, asynchronously:
+    // the block decodes the next step meanwhile.
     const u32 wg = warp >> 2;
     for (u32 ks = 0; ks < n_steps; ++ks) {
       cp_async_wait<G::S - 3>();
@@ -425,12 +447,12 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
       __syncthreads();
       issue(ks + G::S - 1);
       cp_async_commit();
-      const u32 a_t = smem_addr(a_sm + (ks % G::S) * G::A_BYTES) + wg * 64 * 128;
-      const u32 b_t = smem_addr(b_sm + (ks % G::BS) * G::B_BYTES);
+      const u32 a_t = smem_addr(a_sm + (ks % G::S) * G::A_BYTES);
+      const u32 b_t = smem_addr(b_sm + (ks % G::BS) * G::B_BYTES) + wg * 64 * 128;
       wg_keep(wacc);
       wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < TC_BK / 16; ++kk) Wgmma<T>::run(wacc, wg_desc(a_t + 32 * kk), wg_desc(b_t + 32 * kk), 1u);
+      for (int kk = 0; kk < TC_BK / 16; ++kk) Wgmma<T, BM>::run(wacc, wg_desc(b_t + 32 * kk), wg_desc(a_t + 32 * kk));
       wg_commit();
       wg_keep(wacc);
       if constexpr (!G::DIRECT) {
@@ -482,27 +504,26 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
   T* out = static_cast<T*>(p.out);
   const u32 g = lane >> 2, t4 = lane & 3;
   if constexpr (WG) {
-    // wgmma: n8 tile j of rows 64·wg + 16·(warp % 4) + g (+ 8): weight rows
-    // 8j .. (P > 1: gate/hi j < 8, up/lo j + 8).
-    constexpr u32 NT = TC_BROWS / 8 / HALVES;
+    // Thread's weight rows R (+ 8: h), tokens 8j + 2t + c: d[4j + 2h + c].
+    const u32 R = (warp >> 2) * 64 + (warp & 3) * 16 + g;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const u32 r = (warp >> 2) * 64 + (warp & 3) * 16 + g + 8 * h;
-      if (r >= tile.rows) continue;
-      T* orow = out + (u64)(tile.row0 + r) * p.n;
+    for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
-      for (u32 j = 0; j < NT; ++j) {
-        const u32 n = n0 + 8 * j + 2 * t4;
+      for (int c = 0; c < 2; ++c) {
+        const u32 r = 8 * j + 2 * t4 + c;
+        if (r >= tile.rows) continue;
+        T* orow = out + (u64)(tile.row0 + r) * p.n;
+        if constexpr (P == 1) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          if (n + c >= p.n) continue;
-          float y = wacc[4 * j + 2 * h + c];
-          if constexpr (P == 2) y = silu(y) * wacc[4 * (j + NT) + 2 * h + c];
-          if constexpr (P == 3) y += wacc[4 * (j + NT) + 2 * h + c];
-          orow[n + c] = from_f32<T>(y);
+          for (int h = 0; h < 2; ++h)
+            if (n0 + R + 8 * h < p.n) orow[n0 + R + 8 * h] = from_f32<T>(wacc[4 * j + 2 * h + c]);
+        } else {
+          // Rows R and R + 8: the two sources of column 8·(R / 16) + R % 8.
+          const u32 n = n0 + ((R >> 4) << 3) + (R & 7);
+          const float a = wacc[4 * j + c], b = wacc[4 * j + 2 + c];
+          if (n < p.n) orow[n] = from_f32<T>(P == 2 ? silu(a) * b : a + b);
         }
       }
-    }
   } else {
   constexpr u32 per = G::NJ / HALVES;
 #pragma unroll
@@ -515,7 +536,9 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __
 #pragma unroll
       for (int j = 0; j < G::NJ; ++j) {
         if ((u32)j >= per) break;
-        const u32 n = n0 + (brow[j] % BN) + 2 * t4;
+        u32 q, col;
+        tile_row<P>(brow[j], q, col);
+        const u32 n = n0 + col + 2 * t4;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           if (n + c >= p.n) continue;

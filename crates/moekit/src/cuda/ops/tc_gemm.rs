@@ -106,8 +106,8 @@ fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
     let a_b = stages(bm) * bm * BK * 2;
     let b_tile = BROWS * BK * 2;
     // Dense weights of the activation type go straight to S B stages.
-    // 128-row tiles may run on wgmma: room to align the tiles to 1024 bytes.
-    let slack = if bm == 128 { 1024 } else { 0 };
+    // Tiles of >= 32 rows may run on wgmma: room to align them to 1024 bytes.
+    let slack = if bm >= 32 { 1024 } else { 0 };
     if w.format() == WeightFormat::Dense(dtype) {
         return a_b + stages(bm) * b_tile + slack;
     }
