@@ -227,7 +227,7 @@ __device__ __forceinline__ TcTile find_tile(const TcParams& p, u32* scan) {
 }
 
 template <typename F, typename T, int P, int BM>
-__global__ void __launch_bounds__(TC_THREADS, BM >= 64 ? 2 : 1) tc_gemm(const __grid_constant__ TcParams p) {
+__global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_gemm(const __grid_constant__ TcParams p) {
   typedef TcGeo<F, T, BM> G;
   extern __shared__ __align__(128) u8 smem[];
   __shared__ u32 scan[12];

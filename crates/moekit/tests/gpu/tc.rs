@@ -6,7 +6,7 @@
 //!   gathered through an expert sort, sorted, or a single expert; the dense
 //!   f32 hi/lo split. Bounds: `common::bound` (bf16 1e-4, f16 1e-5): weights
 //!   are rounded once to the activation type (≤ 2^-9 relative, NMSE ≈ 1e-6).
-//! * Every tile row count (16/32/64/128, chosen by rows per expert), ragged
+//! * Every tile row count (16/32/64/128/256, chosen by rows per expert), ragged
 //!   N (not a multiple of the 128/64-column tile) and K (not a multiple of
 //!   the 64-column step), experts with no rows, all rows on one expert,
 //!   E = 512 with k = 10, M = 0.
@@ -198,7 +198,7 @@ fn affine_scale_dtypes_and_u8() {
 #[test]
 fn every_tile_size_and_edge_layouts() {
     let f = WeightFormat::Ggml(GgmlType::Q4_K);
-    // E = 8, k = 2: rows per expert 2T/8 → tiles 16, 32, 64, 128.
+    // E = 8, k = 2: rows per expert 2T/8 → tiles 16, 32, 64, 128, 256.
     for t in [5, 100, 200, 333, 1500] {
         let c = Case::new(
             DType::Bf16,

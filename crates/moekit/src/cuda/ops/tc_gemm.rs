@@ -1,10 +1,12 @@
-//! `kernels/tc_gemm.cu`: the grouped expert GEMM on tensor cores
-//! (`mma.sync` m16n8k16, bf16 or f16 operands, f32 accumulation) for every
-//! [`WeightFormat`], plain or fused with SwiGLU.
+//! `kernels/tc_gemm.cu`: the grouped expert GEMM on tensor cores (bf16 or
+//! f16 operands, f32 accumulation) for every [`WeightFormat`], plain or fused
+//! with SwiGLU: `wgmma` (m64nBMk16, weights on M) for tiles of >= 32 rows on
+//! sm_90a, `mma.sync` m16n8k16 otherwise.
 //!
 //! One kernel template `tc_gemm<F, T, P, BM>`: the format's decoder `F` (the
-//! same `kernels/dequant.cuh` types every other path uses, so a new format
-//! plugs in with its decoder), the activation type `T` (f16/bf16), the number
+//! same `kernels/dequant.cuh` types every other path uses, with a fast tile
+//! decoder in `kernels/tc_decode.cuh` where packed conversions pay, so a new
+//! format plugs in with its decoder), the activation type `T` (f16/bf16), the number
 //! of weight sources `P` (1; 2: gate and up with SwiGLU in the epilogue; 3:
 //! an f32 weight split into two T halves, summed — see [`split_matmul_into`]) and
 //! the tile's row count `BM` ([`TILE_ROWS`], chosen by [`tile_rows`]). A
@@ -31,7 +33,7 @@ static SRC: Source = Source {
 };
 
 /// Tile row counts the kernel is instantiated for (`BM`).
-pub const TILE_ROWS: [usize; 4] = [16, 32, 64, 128];
+pub const TILE_ROWS: [usize; 5] = [16, 32, 64, 128, 256];
 /// Weight rows of a tile (`TC_BROWS`): 128 output columns, or 64 with SwiGLU.
 const BROWS: usize = 128;
 /// K columns a pipeline step (`TC_BK`).
@@ -125,13 +127,21 @@ fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
 /// The tile row count for `m` rows spread over up to `n_experts` experts:
 /// the smallest of [`TILE_ROWS`] that holds an expert's expected rows
 /// (`m / min(E, m)`), so few rows per expert waste little of a tile and many
-/// rows get the largest tiles. It depends on shapes only.
+/// rows get large tiles; 256-row tiles (one block an SM) only past 256 rows,
+/// where two 128-row tiles (two blocks an SM) measured faster for 3 of 4
+/// formats (H100, qwen3-30b-a3b T = 4096, 256 rows an expert, ms 128 vs 256:
+/// affine4 1.38 vs 1.49, bf16 1.21 vs 1.46, q8_0 1.75 vs 1.79, q4_k 1.72 vs
+/// 1.50). It depends on shapes only.
 pub fn tile_rows(m: usize, n_experts: usize) -> usize {
     let per = m.div_ceil(n_experts.clamp(1, m.max(1)));
+    let largest = TILE_ROWS[TILE_ROWS.len() - 1];
+    if per > largest {
+        return largest;
+    }
     TILE_ROWS
         .into_iter()
-        .find(|&t| t >= per)
-        .unwrap_or(TILE_ROWS[TILE_ROWS.len() - 1])
+        .find(|&t| t >= per && t < largest)
+        .unwrap_or(TILE_ROWS[TILE_ROWS.len() - 2])
 }
 
 /// Whether the tensor-core GEMM takes activations of `dtype` against `w`
@@ -405,10 +415,15 @@ mod tests {
         assert_eq!(tile_rows(64 * 8, 128), 16);
         assert_eq!(tile_rows(512 * 8, 128), 32);
         assert_eq!(tile_rows(1024 * 8, 128), 64);
+        assert_eq!(tile_rows(2048 * 8, 128), 128);
         assert_eq!(tile_rows(4096 * 8, 128), 128);
+        assert_eq!(tile_rows(4097 * 8, 128), 256);
         // A single expert (router, shared expert): the largest tile past 64 rows.
         assert_eq!(tile_rows(1, 1), 16);
         assert_eq!(tile_rows(100, 1), 128);
+        assert_eq!(tile_rows(256, 1), 128);
+        assert_eq!(tile_rows(300, 1), 256);
+        assert_eq!(tile_rows(100_000, 1), 256);
         assert_eq!(tile_rows(0, 128), 16);
     }
 
@@ -422,7 +437,7 @@ mod tests {
         for f in fmts {
             let w =
                 crate::format::random::random_weights(f, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
-            let s = smem_bytes(&w, DType::Bf16, 128);
+            let s = smem_bytes(&w, DType::Bf16, TILE_ROWS[TILE_ROWS.len() - 1]);
             assert!(s <= 227 * 1024, "{f}: {s}");
         }
     }
