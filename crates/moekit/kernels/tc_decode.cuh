@@ -40,39 +40,31 @@ struct TcSlice {
   bool lo;           // hi/lo split (P = 3): this row holds the low halves
 };
 
-// Packed pairs of T.
-template <typename T> struct Pk;
-template <> struct Pk<__nv_bfloat16> {
-  static constexpr u32 MAGIC = 0x43004300u;  // (128, 128): 0x4300 | q = 128 + q for q < 128
-  static constexpr u32 NEG = 0xC300C300u;    // (−128, −128)
-  __device__ static __forceinline__ u32 pack(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const u32*>(&v);
-  }
-  __device__ static __forceinline__ float residual(float v) { return v - __bfloat162float(__float2bfloat16_rn(v)); }
+// Packed pairs of T: the pair type, and the magic pair (c, c) with c | q = c
+// + q exactly for codes q < 128 (bf16 c = 128) or < 1024 (f16 c = 1024).
+template <typename T> struct PkType;
+template <> struct PkType<__nv_bfloat16> {
+  typedef __nv_bfloat162 V;
+  static constexpr u32 MAGIC = 0x43004300u, NEG = 0xC300C300u;  // (128, 128), (−128, −128)
+  __device__ static __forceinline__ V pair(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+};
+template <> struct PkType<__half> {
+  typedef __half2 V;
+  static constexpr u32 MAGIC = 0x64006400u, NEG = 0xE400E400u;  // (1024, 1024), (−1024, −1024)
+  __device__ static __forceinline__ V pair(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+};
+template <typename T>
+struct Pk : PkType<T> {
+  typedef typename PkType<T>::V V;
+  __device__ static __forceinline__ V as_pair(const u32& bits) { return *reinterpret_cast<const V*>(&bits); }
+  __device__ static __forceinline__ u32 bits(const V& v) { return *reinterpret_cast<const u32*>(&v); }
+  __device__ static __forceinline__ u32 pack(float lo, float hi) { return bits(PkType<T>::pair(lo, hi)); }
+  // v minus its rounding to T (exact in f32).
+  __device__ static __forceinline__ float residual(float v) { return v - to_f32(from_f32<T>(v)); }
   // (v + NEG) · s + b, pairwise: the magic pair's codes, scaled and offset.
   __device__ static __forceinline__ u32 scale(u32 v, u32 s, u32 b) {
-    typedef __nv_bfloat162 V;
-    const u32 neg = NEG;
-    V q = __hadd2(*reinterpret_cast<const V*>(&v), *reinterpret_cast<const V*>(&neg));
-    q = __hfma2(q, *reinterpret_cast<const V*>(&s), *reinterpret_cast<const V*>(&b));
-    return *reinterpret_cast<const u32*>(&q);
-  }
-};
-template <> struct Pk<__half> {
-  static constexpr u32 MAGIC = 0x64006400u;  // (1024, 1024)
-  static constexpr u32 NEG = 0xE400E400u;    // (−1024, −1024)
-  __device__ static __forceinline__ u32 pack(float lo, float hi) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const u32*>(&v);
-  }
-  __device__ static __forceinline__ float residual(float v) { return v - __half2float(__float2half_rn(v)); }
-  __device__ static __forceinline__ u32 scale(u32 v, u32 s, u32 b) {
-    typedef __half2 V;
-    const u32 neg = NEG;
-    V q = __hadd2(*reinterpret_cast<const V*>(&v), *reinterpret_cast<const V*>(&neg));
-    q = __hfma2(q, *reinterpret_cast<const V*>(&s), *reinterpret_cast<const V*>(&b));
-    return *reinterpret_cast<const u32*>(&q);
+    const u32 neg = PkType<T>::NEG;
+    return bits(__hfma2(__hadd2(as_pair(v), as_pair(neg)), as_pair(s), as_pair(b)));
   }
 };
 

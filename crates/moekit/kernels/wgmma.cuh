@@ -43,6 +43,7 @@ __device__ __forceinline__ void wg_keep(float (&d)[R]) {
 // D[64 x N] += A[64 x 16] · B[N x 16]ᵀ, A and B K-major in shared memory
 // (N = 32, 64, 128, 256: the tile's row count; tc_gemm puts weights on A).
 template <typename T, int N> struct Wgmma;
+// BEGIN GENERATED (scripts/gen_wgmma.py)
 template <> struct Wgmma<__nv_bfloat16, 32> {
   __device__ static __forceinline__ void run(float (&d)[16], u64 a, u64 b) {
     asm volatile(
@@ -131,6 +132,7 @@ template <> struct Wgmma<__half, 256> {
         : "l"(a), "l"(b), "r"(1u));
   }
 };
+// END GENERATED
 #else
 constexpr bool TC_WGMMA = false;
 #endif
