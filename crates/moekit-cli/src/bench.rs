@@ -214,6 +214,18 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
     if a.tokens.is_empty() || a.tokens.contains(&0) {
         return Err("--tokens needs positive token counts, e.g. 1,32,512".into());
     }
+    let max = crate::run::MAX_INPUT_VALUES;
+    if let Some(t) = a
+        .tokens
+        .iter()
+        .find(|&&t| t.checked_mul(preset.hidden).is_none_or(|n| n > max))
+    {
+        return Err(format!(
+            "--tokens {t} × hidden {} of {}: at most {max} input values",
+            preset.hidden, preset.name
+        )
+        .into());
+    }
     let threads = rayon::current_num_threads();
     let cuda = match device {
         Device::Cuda(n) => Some(moekit::cuda::device(n)?),

@@ -100,6 +100,9 @@ fn formats_of(block: &moekit::moe::MoeBlock) -> String {
     )
 }
 
+/// Most values of a random input (`--tokens` × hidden): 2^30 f32 (4 GiB).
+pub(crate) const MAX_INPUT_VALUES: usize = 1 << 30;
+
 /// Runs one MoE layer.
 pub fn run(a: &RunArgs) -> Result<(), AnyErr> {
     let dtype = DType::parse(&a.dtype)
@@ -132,20 +135,33 @@ pub fn run(a: &RunArgs) -> Result<(), AnyErr> {
     bar.finish_and_clear();
     let block = block.to_device(device)?;
     let load_s = t0.elapsed().as_secs_f64();
+    // The block's own width (from its weights), not the file's metadata claim.
+    let hidden = block.hidden();
+    if hidden == 0 {
+        return Err(format!("{}: layer {layer} has hidden size 0", a.model.display()).into());
+    }
     let xv = match &a.input {
-        Some(p) => read_input(p, s.hidden)?,
+        Some(p) => read_input(p, hidden)?,
         None => {
             if a.tokens == 0 {
                 return Err("--tokens must be > 0".into());
             }
+            let n = a
+                .tokens
+                .checked_mul(hidden)
+                .filter(|&n| n <= MAX_INPUT_VALUES)
+                .ok_or_else(|| {
+                    format!(
+                        "--tokens {} × hidden {hidden}: at most {MAX_INPUT_VALUES} input values",
+                        a.tokens
+                    )
+                })?;
             let mut r = rand::rngs::StdRng::seed_from_u64(a.seed);
-            (0..a.tokens * s.hidden)
-                .map(|_| r.random::<f32>() * 2.0 - 1.0)
-                .collect()
+            (0..n).map(|_| r.random::<f32>() * 2.0 - 1.0).collect()
         }
     };
-    let t = xv.len() / s.hidden;
-    let x = Tensor::from_f32(&xv, &[t, s.hidden], dtype)?.to_device(device)?;
+    let t = xv.len() / hidden;
+    let x = Tensor::from_f32(&xv, &[t, hidden], dtype)?.to_device(device)?;
     let t1 = Instant::now();
     let y = block.forward(&x)?.to_device(Device::Cpu)?;
     let run_s = t1.elapsed().as_secs_f64();
@@ -180,7 +196,7 @@ pub fn run(a: &RunArgs) -> Result<(), AnyErr> {
         println!("memory       peak RSS {kb} kB");
     }
     if let Some(out) = &a.output {
-        NpyArray::from_f32(&y.to_f32_vec()?, &[t, s.hidden]).write(out)?;
+        NpyArray::from_f32(&y.to_f32_vec()?, &[t, hidden]).write(out)?;
         println!("output       {}", out.display());
     }
     Ok(())

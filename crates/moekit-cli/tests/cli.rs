@@ -168,6 +168,27 @@ fn bad_input_gives_clear_errors_and_nonzero_exit() {
             vec!["run".into(), "--model".into(), "/nonexistent.gguf".into()],
             "/nonexistent.gguf",
         ),
+        // Token counts whose input cannot be allocated: an error, not an abort.
+        (
+            vec![
+                "run".into(),
+                "--model".into(),
+                gs.into(),
+                "--tokens".into(),
+                "100000000000".into(),
+            ],
+            "--tokens 100000000000",
+        ),
+        (
+            vec![
+                "bench".into(),
+                "--device".into(),
+                "cpu".into(),
+                "--tokens".into(),
+                "1000000000".into(),
+            ],
+            "--tokens 1000000000",
+        ),
         (
             vec![
                 "run".into(),

@@ -595,3 +595,33 @@ fn fuzzed_files_never_panic() {
         "the mutations should produce both outcomes: {ok} ok, {err} errors"
     );
 }
+
+/// A header over a large sparse file: its counts pass the size check (they
+/// fit the file), but nothing is allocated for them up front — the parser
+/// reads items as the file holds them and stops at the first bad one (here
+/// the second empty name). Before, it reserved count × item size (tens of
+/// GB) and the process aborted.
+#[test]
+fn huge_claimed_counts_allocate_nothing_up_front() {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("moekit-sparse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sparse.gguf");
+    let size: u64 = 64 << 30;
+    let cases = [
+        ((size - 24) / 24, 0u64, "duplicate tensor name"),
+        (0, (size - 24) / 13, "duplicate metadata key"),
+    ];
+    for (n_tensors, n_kv, want) in cases {
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(b"GGUF").unwrap();
+        f.write_all(&3u32.to_le_bytes()).unwrap();
+        f.write_all(&n_tensors.to_le_bytes()).unwrap();
+        f.write_all(&n_kv.to_le_bytes()).unwrap();
+        f.set_len(size).unwrap();
+        drop(f);
+        let e = GgufFile::open(&path).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -263,9 +263,15 @@ fn read_value(r: &mut Reader<'_>, ty: u32, depth: usize, what: &str) -> Msg<Valu
     })
 }
 
+/// Most items a count read from the file pre-allocates; past that, vectors
+/// grow as items are actually read, so a header's claimed count (checked only
+/// against the file's size, which a sparse file makes huge) allocates nothing
+/// the file has not shown it holds.
+const PREALLOC: usize = 1024;
+
 /// `n` items read by `one` (the caller has checked that `n` items fit).
 fn many<T>(n: usize, mut one: impl FnMut() -> Msg<T>) -> Msg<Vec<T>> {
-    let mut items = Vec::with_capacity(n);
+    let mut items = Vec::with_capacity(n.min(PREALLOC));
     for _ in 0..n {
         items.push(one()?);
     }
@@ -399,8 +405,8 @@ impl GgufFile {
         let n_tensors = r.count(24, "tensor count").map_err(bad)?;
         let n_kv = r.count(13, "metadata count").map_err(bad)?;
 
-        let mut metadata = Vec::with_capacity(n_kv);
-        let mut key_index = HashMap::with_capacity(n_kv);
+        let mut metadata = Vec::with_capacity(n_kv.min(PREALLOC));
+        let mut key_index = HashMap::with_capacity(n_kv.min(PREALLOC));
         for i in 0..n_kv {
             let key = r
                 .string(&format!("key of metadata entry {i}"))
@@ -414,9 +420,16 @@ impl GgufFile {
             metadata.push((key, value));
         }
 
-        let mut raw = Vec::with_capacity(n_tensors);
+        // Names are checked unique as they are read: a run of empty infos
+        // (zeros) stops at the second, not after `n_tensors` of them.
+        let mut raw = Vec::with_capacity(n_tensors.min(PREALLOC));
+        let mut tensor_index = HashMap::with_capacity(n_tensors.min(PREALLOC));
         for i in 0..n_tensors {
-            raw.push(read_tensor_info(&mut r, i).map_err(bad)?);
+            let info = read_tensor_info(&mut r, i).map_err(bad)?;
+            if tensor_index.insert(info.name.clone(), i).is_some() {
+                return Err(bad(format!("duplicate tensor name `{}`", info.name)));
+            }
+            raw.push(info);
         }
 
         let alignment = match key_index
@@ -445,8 +458,7 @@ impl GgufFile {
             )));
         }
 
-        let mut tensors = Vec::with_capacity(n_tensors);
-        let mut tensor_index = HashMap::with_capacity(n_tensors);
+        let mut tensors = Vec::with_capacity(raw.len());
         for RawInfo {
             name,
             ne,
@@ -474,9 +486,6 @@ impl GgufFile {
                     )))
                 }
             };
-            if tensor_index.insert(name.clone(), tensors.len()).is_some() {
-                return Err(bad(format!("duplicate tensor name `{name}`")));
-            }
             tensors.push(TensorInfo {
                 name,
                 ne,
