@@ -28,7 +28,7 @@ pub struct BenchArgs {
     /// Token counts T per MoE call, comma separated.
     #[arg(long, default_value = "1,32", value_delimiter = ',')]
     pub tokens: Vec<usize>,
-    /// Device: cpu, cuda or cuda:N.
+    /// Device: auto (CUDA when available), cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Activation dtype: f32, f16 or bf16.
@@ -198,7 +198,7 @@ fn parse_formats(names: &[String]) -> Result<Vec<WeightFormat>, AnyErr> {
 pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
     let preset = presets::find(&a.preset)
         .ok_or_else(|| format!("unknown preset {:?}; known: {}", a.preset, presets::names()))?;
-    let device = Device::parse(&a.device)?;
+    let device = crate::run::pick_device(&a.device)?;
     let backend = Backend::for_device(device)?;
     let dtype = DType::parse(&a.dtype)
         .filter(|d| d.is_float())

@@ -195,9 +195,18 @@ pub fn run(a: &RunArgs) -> Result<(), AnyErr> {
     if let Some(kb) = peak_rss_kb() {
         println!("memory       peak RSS {kb} kB");
     }
+    let yv = y.to_f32_vec()?;
     if let Some(out) = &a.output {
-        NpyArray::from_f32(&y.to_f32_vec()?, &[t, hidden]).write(out)?;
+        NpyArray::from_f32(&yv, &[t, hidden]).write(out)?;
         println!("output       {}", out.display());
+    }
+    let bad = yv.iter().filter(|v| !v.is_finite()).count();
+    if bad > 0 {
+        return Err(format!(
+            "{bad} of {} output values are not finite (NaN or ±inf): check the layer's weights",
+            yv.len()
+        )
+        .into());
     }
     Ok(())
 }

@@ -364,3 +364,50 @@ fn loading_one_layer_touches_only_that_layer() {
         "peak RSS {kb} kB ≥ 2 × layer + 64 MiB = {limit_kb} kB"
     );
 }
+
+/// A named pipe as the model is refused at once (opening it would block until
+/// a writer appears), and a layer whose weights are NaN makes `run` fail
+/// after writing its output, not exit 0.
+#[test]
+fn pipes_and_non_finite_outputs_are_errors() {
+    let dir = std::env::temp_dir().join(format!("moekit-cli-special-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("model.gguf");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let o = moekit(&["run", "--model", fifo.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("not a regular file"),
+        "{err}"
+    );
+
+    // NaN in every expert's down projection of an f32 fixture.
+    let src = root().join("fixtures/gguf/qwen3moe_f32.gguf");
+    let mut bytes = std::fs::read(&src).unwrap();
+    let file = moekit::load::gguf::GgufFile::open(&src).unwrap();
+    let t = file
+        .tensors()
+        .iter()
+        .find(|t| t.name.ends_with("ffn_down_exps.weight"))
+        .expect("a down projection");
+    for w in bytes[t.start..t.start + t.nbytes].chunks_exact_mut(4) {
+        w.copy_from_slice(&f32::NAN.to_le_bytes());
+    }
+    let bad = dir.join("nan.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    let out = dir.join("out.npy");
+    let o = moekit(&[
+        "run",
+        "--model",
+        bad.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("not finite"), "{err}");
+    assert!(out.exists(), "the output is still written");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

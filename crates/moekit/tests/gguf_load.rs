@@ -625,3 +625,28 @@ fn huge_claimed_counts_allocate_nothing_up_front() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A name read from the file is escaped and cut in messages: a corrupt length
+/// made a 100 KB key of NUL bytes, echoed whole.
+#[test]
+fn names_in_messages_are_escaped_and_short() {
+    let mut b = Vec::new();
+    b.extend_from_slice(b"GGUF");
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes()); // tensors
+    b.extend_from_slice(&2u64.to_le_bytes()); // metadata entries
+    for _ in 0..2 {
+        b.extend_from_slice(&100_000u64.to_le_bytes());
+        b.extend(std::iter::repeat_n(0u8, 100_000));
+        b.extend_from_slice(&0u32.to_le_bytes()); // u8 value
+        b.push(7);
+    }
+    let e = GgufFile::parse(Arc::new(b), Path::new("names.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("duplicate metadata key"), "{e}");
+    assert!(
+        e.len() < 600 && e.contains("\\0") && !e.contains('\0'),
+        "{e}"
+    );
+}

@@ -81,6 +81,13 @@ pub fn open(path: &Path) -> Result<Box<dyn Checkpoint>> {
         }
         return Ok(Box::new(safetensors::open(path)?));
     }
+    if !meta.is_file() {
+        // Opening a FIFO would block until a writer appears; devices and
+        // sockets cannot be mapped.
+        return Err(bad(
+            "not a regular file (a pipe, socket or device): want a .gguf file or a safetensors directory",
+        ));
+    }
     let mut magic = [0u8; 4];
     let n = std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read(&mut f, &mut magic))

@@ -263,6 +263,22 @@ fn read_value(r: &mut Reader<'_>, ty: u32, depth: usize, what: &str) -> Msg<Valu
     })
 }
 
+/// A name read from the file as it appears in messages: control characters
+/// escaped, at most 64 characters (a corrupt length can make a "name" of
+/// megabytes).
+fn shown(name: &str) -> String {
+    const MAX: usize = 64;
+    let mut out: String = name
+        .chars()
+        .take(MAX)
+        .flat_map(char::escape_debug)
+        .collect();
+    if name.chars().nth(MAX).is_some() {
+        out.push_str(&format!("… ({} bytes)", name.len()));
+    }
+    out
+}
+
 /// Most items a count read from the file pre-allocates; past that, vectors
 /// grow as items are actually read, so a header's claimed count (checked only
 /// against the file's size, which a sparse file makes huge) allocates nothing
@@ -317,7 +333,7 @@ struct RawInfo {
 
 fn read_tensor_info(r: &mut Reader<'_>, i: usize) -> Msg<RawInfo> {
     let name = r.string(&format!("name of tensor {i}"))?;
-    let what = format!("tensor info of `{name}`");
+    let what = format!("tensor info of `{}`", shown(&name));
     let n_dims = r.u32(&what)? as usize;
     if n_dims > MAX_DIMS {
         return Err(format!("{what}: {n_dims} dimensions (at most {MAX_DIMS})"));
@@ -411,11 +427,11 @@ impl GgufFile {
             let key = r
                 .string(&format!("key of metadata entry {i}"))
                 .map_err(bad)?;
-            let what = format!("value of `{key}`");
+            let what = format!("value of `{}`", shown(&key));
             let ty = r.u32(&what).map_err(bad)?;
             let value = read_value(&mut r, ty, 0, &what).map_err(bad)?;
             if key_index.insert(key.clone(), metadata.len()).is_some() {
-                return Err(bad(format!("duplicate metadata key `{key}`")));
+                return Err(bad(format!("duplicate metadata key `{}`", shown(&key))));
             }
             metadata.push((key, value));
         }
@@ -427,7 +443,10 @@ impl GgufFile {
         for i in 0..n_tensors {
             let info = read_tensor_info(&mut r, i).map_err(bad)?;
             if tensor_index.insert(info.name.clone(), i).is_some() {
-                return Err(bad(format!("duplicate tensor name `{}`", info.name)));
+                return Err(bad(format!(
+                    "duplicate tensor name `{}`",
+                    shown(&info.name)
+                )));
             }
             raw.push(info);
         }
@@ -466,7 +485,7 @@ impl GgufFile {
             offset,
         } in raw
         {
-            let at = |m: String| bad(format!("tensor `{name}`: {m}"));
+            let at = |m: String| bad(format!("tensor `{}`: {m}", shown(&name)));
             let nbytes = tensor_nbytes(ty, &ne).map_err(at)?;
             if offset % alignment as u64 != 0 {
                 return Err(at(format!(
