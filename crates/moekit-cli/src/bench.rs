@@ -196,6 +196,9 @@ fn parse_formats(names: &[String]) -> Result<Vec<WeightFormat>, AnyErr> {
 
 /// Runs the benchmark and prints the table.
 pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
+    if let Some(path) = &a.json {
+        crate::run::check_out_path("--json", path)?;
+    }
     let preset = presets::find(&a.preset)
         .ok_or_else(|| format!("unknown preset {:?}; known: {}", a.preset, presets::names()))?;
     let device = crate::run::pick_device(&a.device)?;

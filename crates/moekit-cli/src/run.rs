@@ -26,11 +26,11 @@ pub struct RunArgs {
     /// Write the layer's output here as float32 `.npy` [T, hidden].
     #[arg(long)]
     pub output: Option<PathBuf>,
-    /// Number of random input rows when no --input is given.
-    #[arg(long, default_value_t = 4)]
+    /// Number of random input rows (not with --input).
+    #[arg(long, default_value_t = 4, conflicts_with = "input")]
     pub tokens: usize,
-    /// Seed of the random input.
-    #[arg(long, default_value_t = 0)]
+    /// Seed of the random input (not with --input).
+    #[arg(long, default_value_t = 0, conflicts_with = "input")]
     pub seed: u64,
     /// auto (CUDA when available), cpu, cuda or cuda:N.
     #[arg(long, default_value = "auto")]
@@ -103,8 +103,32 @@ fn formats_of(block: &moekit::moe::MoeBlock) -> String {
 /// Most values of a random input (`--tokens` × hidden): 2^30 f32 (4 GiB).
 pub(crate) const MAX_INPUT_VALUES: usize = 1 << 30;
 
+/// Fails now, before any work, if `path` (named by `flag`) cannot be created:
+/// its directory must exist.
+pub(crate) fn check_out_path(flag: &str, path: &std::path::Path) -> Result<(), AnyErr> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if path.is_dir() {
+        return Err(format!("{flag} {}: is a directory", path.display()).into());
+    }
+    if !dir.is_dir() {
+        return Err(format!(
+            "{flag} {}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// Runs one MoE layer.
 pub fn run(a: &RunArgs) -> Result<(), AnyErr> {
+    if let Some(out) = &a.output {
+        check_out_path("--output", out)?;
+    }
     let dtype = DType::parse(&a.dtype)
         .filter(|d| d.is_float())
         .ok_or_else(|| format!("--dtype must be f32, f16 or bf16, got {:?}", a.dtype))?;

@@ -168,6 +168,40 @@ fn bad_input_gives_clear_errors_and_nonzero_exit() {
             vec!["run".into(), "--model".into(), "/nonexistent.gguf".into()],
             "/nonexistent.gguf",
         ),
+        // Output paths are checked before the work.
+        (
+            vec![
+                "run".into(),
+                "--model".into(),
+                gs.into(),
+                "--output".into(),
+                "/nonexistent-dir/out.npy".into(),
+            ],
+            "directory /nonexistent-dir does not exist",
+        ),
+        (
+            vec![
+                "bench".into(),
+                "--device".into(),
+                "cpu".into(),
+                "--json".into(),
+                "/nonexistent-dir/b.json".into(),
+            ],
+            "--json /nonexistent-dir/b.json",
+        ),
+        // --tokens means random rows: not with --input.
+        (
+            vec![
+                "run".into(),
+                "--model".into(),
+                gs.into(),
+                "--input".into(),
+                "x.npy".into(),
+                "--tokens".into(),
+                "3".into(),
+            ],
+            "--tokens",
+        ),
         // Token counts whose input cannot be allocated: an error, not an abort.
         (
             vec![
