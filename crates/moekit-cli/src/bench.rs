@@ -188,10 +188,19 @@ fn parse_formats(names: &[String]) -> Result<Vec<WeightFormat>, AnyErr> {
     if names.iter().any(|n| n == "all") {
         return Ok(WeightFormat::all());
     }
-    Ok(names
+    names
         .iter()
-        .map(|n| WeightFormat::parse(n))
-        .collect::<Result<_, _>>()?)
+        .map(|n| {
+            WeightFormat::parse(n).map_err(|e| -> AnyErr {
+                match e {
+                    moekit::Error::Invalid { expected, .. } => {
+                        format!("--format {n}: expected {expected} or all").into()
+                    }
+                    e => e.into(),
+                }
+            })
+        })
+        .collect()
 }
 
 /// Runs the benchmark and prints the table.

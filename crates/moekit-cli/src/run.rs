@@ -144,18 +144,31 @@ pub fn run(a: &RunArgs) -> Result<(), AnyErr> {
     };
     let bar = ProgressBar::hidden();
     let t0 = Instant::now();
-    let block = ckpt.moe_block(layer, &|done, total| {
-        if total > 16 && bar.is_hidden() {
-            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-            bar.set_length(total as u64);
-            if let Ok(st) =
-                ProgressStyle::with_template("loading layer [{bar:30}] {pos}/{len} tensors")
-            {
-                bar.set_style(st);
+    let block = ckpt
+        .moe_block(layer, &|done, total| {
+            if total > 16 && bar.is_hidden() {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                bar.set_length(total as u64);
+                if let Ok(st) =
+                    ProgressStyle::with_template("loading layer [{bar:30}] {pos}/{len} tensors")
+                {
+                    bar.set_style(st);
+                }
             }
-        }
-        bar.set_position(done as u64);
-    })?;
+            bar.set_position(done as u64);
+        })
+        .map_err(|e| -> AnyErr {
+            match e {
+                // The user chose the layer: say so in the flag's words.
+                moekit::Error::Invalid {
+                    arg: "layer",
+                    expected,
+                    got,
+                    ..
+                } => format!("--layer {layer}: expected {expected}, got {got}").into(),
+                e => e.into(),
+            }
+        })?;
     bar.finish_and_clear();
     let block = block.to_device(device)?;
     let load_s = t0.elapsed().as_secs_f64();

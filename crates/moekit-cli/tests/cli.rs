@@ -168,6 +168,21 @@ fn bad_input_gives_clear_errors_and_nonzero_exit() {
             vec!["run".into(), "--model".into(), "/nonexistent.gguf".into()],
             "/nonexistent.gguf",
         ),
+        // Errors speak in the flags' words, not the library's type names.
+        (
+            vec!["bench".into(), "--format".into(), "foo".into()],
+            "--format foo: expected",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--model".into(),
+                gs.into(),
+                "--layer".into(),
+                "0".into(),
+            ],
+            "--layer 0: expected a block with an MoE layer",
+        ),
         // Output paths are checked before the work.
         (
             vec![
