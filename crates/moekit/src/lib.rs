@@ -25,6 +25,27 @@
 //! 6. **Loaders** ([`load`]) — MLX / Hugging Face safetensors and GGUF files
 //!    to MoE blocks.
 //! 7. **CLI** — the `moekit` binary in the `moekit-cli` crate.
+//!
+//! ## Running a layer
+//!
+//! Open a checkpoint, build one layer's [`MoeBlock`] (on the CPU; move it with
+//! [`MoeBlock::to_device`]), and run it on that layer's input rows
+//! (`[T, hidden]`, after the attention block and its norm):
+//!
+//! ```
+//! use moekit::{open, Checkpoint, DType, Tensor};
+//! # fn main() -> moekit::Result<()> {
+//! # let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/gguf/qwen3moe_f32.gguf");
+//! let ckpt = open(&path)?;
+//! let layer = ckpt.summary().moe_layers[0];
+//! let block = ckpt.moe_block(layer, &|_done, _total| {})?;
+//! let h = block.hidden();
+//! let x = Tensor::from_f32(&vec![0.25; 3 * h], &[3, h], DType::F32)?;
+//! let y = block.forward(&x)?;
+//! assert_eq!(y.shape(), &[3, h]);
+//! # Ok(())
+//! # }
+//! ```
 
 #![deny(missing_docs)]
 // No panics in library code: unwrap/expect only in tests.
@@ -47,4 +68,6 @@ pub use device::{Backend, Device};
 pub use dtype::{DType, Element, Float};
 pub use error::{Error, Result};
 pub use format::{QuantWeights, WeightFormat};
+pub use load::{open, Checkpoint};
+pub use moe::{MoeBlock, MoePath};
 pub use tensor::{Bytes, Tensor};
