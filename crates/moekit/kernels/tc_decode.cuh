@@ -132,6 +132,19 @@ __device__ __forceinline__ u32 pair_of(u32 bits) {
   }
 }
 
+// The scale and bias of the slice's group, as raw bits of S.
+template <typename S>
+__device__ __forceinline__ void group_bits(const TcSlice& s, u32& sb, u32& bb) {
+  const u32 g = s.col >> s.group_shift;
+  if constexpr (sizeof(S) == 2) {
+    sb = load_u16(s.scales + 2 * g);
+    bb = load_u16(s.biases + 2 * g);
+  } else {
+    sb = reinterpret_cast<const u32*>(s.scales)[g];
+    bb = reinterpret_cast<const u32*>(s.biases)[g];
+  }
+}
+
 // MLX affine 4-bit (scales and biases of type S).
 template <typename S, typename T>
 struct TcDecAffine4 {
@@ -139,15 +152,8 @@ struct TcDecAffine4 {
   u32 s2, b2;
   __device__ __forceinline__ void load(const TcSlice& s) {
     w = *reinterpret_cast<const uint4*>(s.data + s.col / 2);  // 16 bytes: 32 codes
-    const u32 g = s.col >> s.group_shift;
     u32 sb, bb;
-    if constexpr (sizeof(S) == 2) {
-      sb = load_u16(s.scales + 2 * g);
-      bb = load_u16(s.biases + 2 * g);
-    } else {
-      sb = reinterpret_cast<const u32*>(s.scales)[g];
-      bb = reinterpret_cast<const u32*>(s.biases)[g];
-    }
+    group_bits<S>(s, sb, bb);
     // No columns: scale and offset 0 give exact zeros, without a branch
     // between the MMAs the units are interleaved with.
     s2 = s.cols != 0 ? pair_of<S, T>(sb) : 0u;
@@ -155,6 +161,41 @@ struct TcDecAffine4 {
   }
   __device__ __forceinline__ uint4 unit(int u) const {
     return nibbles8<T>(u == 0 ? w.x : u == 1 ? w.y : u == 2 ? w.z : w.w, s2, b2);
+  }
+};
+
+// One byte per code (MLX affine 8-bit, mlx-native u8): each code goes to
+// f32 exactly under the exponent of 2^23 (one PRMT, one subtraction), then
+// fmaf(q, s, b) and one rounding to T — the generic decoder's arithmetic,
+// so the same bits, in fewer instructions (no shifts and masks per code).
+template <typename S, typename T>
+struct TcDecBytes {
+  uint4 q0, q1;
+  float sc, bi;
+  __device__ __forceinline__ void load(const TcSlice& s) {
+    q0 = *reinterpret_cast<const uint4*>(s.data + s.col);  // 32 bytes: 32 codes
+    q1 = *reinterpret_cast<const uint4*>(s.data + s.col + 16);
+    u32 sb, bb;
+    group_bits<S>(s, sb, bb);
+    sc = s.cols != 0 ? widen_bits<S>(sb) : 0.f;  // no columns: exact zeros
+    bi = s.cols != 0 ? widen_bits<S>(bb) : 0.f;
+  }
+  // Codes 4i .. 4i + 3 of word w → two T pairs.
+  __device__ __forceinline__ void four(u32 w, u32& lo, u32& hi) const {
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      v[i] = fmaf(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | i)) - 8388608.f, sc, bi);
+    lo = Pk<T>::pack(v[0], v[1]);
+    hi = Pk<T>::pack(v[2], v[3]);
+  }
+  __device__ __forceinline__ uint4 unit(int u) const {
+    const uint4 q = u < 2 ? q0 : q1;
+    const u32 w0 = (u & 1) ? q.z : q.x, w1 = (u & 1) ? q.w : q.y;
+    uint4 r;
+    four(w0, r.x, r.y);
+    four(w1, r.z, r.w);
+    return r;
   }
 };
 
@@ -202,5 +243,7 @@ struct TcDecQ4K {
 template <typename F, typename T> struct TcDecOf { typedef TcDecCodes<F, T> type; };
 template <typename S, typename T> struct TcDecOf<FmtAffine<4, S>, T> { typedef TcDecAffine4<S, T> type; };
 template <typename T> struct TcDecOf<FmtQ4_K, T> { typedef TcDecQ4K<T> type; };
+template <typename S, typename T> struct TcDecOf<FmtAffine<8, S>, T> { typedef TcDecBytes<S, T> type; };
+template <typename T> struct TcDecOf<FmtAffineU8, T> { typedef TcDecBytes<float, T> type; };
 
 }  // namespace moekit
