@@ -164,6 +164,17 @@ struct TcDecAffine4 {
   }
 };
 
+// Unit u of a slice held as 32 bytes (q0, q1) of 4 codes a word: words 2u
+// and 2u + 1, each through the decoder's `four` (4 codes → 2 T pairs).
+template <typename D>
+__device__ __forceinline__ uint4 unit_of_words(const D& d, const uint4& q0, const uint4& q1, int u) {
+  const uint4 q = u < 2 ? q0 : q1;
+  uint4 r;
+  d.four((u & 1) ? q.z : q.x, r.x, r.y);
+  d.four((u & 1) ? q.w : q.y, r.z, r.w);
+  return r;
+}
+
 // One byte per code (MLX affine 8-bit, mlx-native u8): each code goes to
 // f32 exactly under the exponent of 2^23 (one PRMT, one subtraction), then
 // fmaf(q, s, b) and one rounding to T — the generic decoder's arithmetic,
@@ -189,14 +200,7 @@ struct TcDecBytes {
     lo = Pk<T>::pack(v[0], v[1]);
     hi = Pk<T>::pack(v[2], v[3]);
   }
-  __device__ __forceinline__ uint4 unit(int u) const {
-    const uint4 q = u < 2 ? q0 : q1;
-    const u32 w0 = (u & 1) ? q.z : q.x, w1 = (u & 1) ? q.w : q.y;
-    uint4 r;
-    four(w0, r.x, r.y);
-    four(w1, r.z, r.w);
-    return r;
-  }
+  __device__ __forceinline__ uint4 unit(int u) const { return unit_of_words(*this, q0, q1, u); }
 };
 
 // Q4_K: a raw stage is one super-block; the slice is group g = col / 32,
@@ -228,14 +232,7 @@ struct TcDecQ4K {
     lo = __byte_perm(a, b, 0x5410);
     hi = __byte_perm(a, b, 0x7632);
   }
-  __device__ __forceinline__ uint4 unit(int u) const {
-    const uint4 q = u < 2 ? q0 : q1;
-    const u32 w0 = (u & 1) ? q.z : q.x, w1 = (u & 1) ? q.w : q.y;
-    uint4 r;
-    four(w0, r.x, r.y);
-    four(w1, r.z, r.w);
-    return r;
-  }
+  __device__ __forceinline__ uint4 unit(int u) const { return unit_of_words(*this, q0, q1, u); }
 };
 
 // The decoder of format F for activations T: the generic one unless a fast

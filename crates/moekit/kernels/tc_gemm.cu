@@ -466,37 +466,37 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
     }
 #endif
   } else {
-  for (u32 ks = 0; ks < n_steps; ++ks) {
-    cp_async_wait<G::S - 3>();
-    __syncthreads();
-    issue(ks + G::S - 1);
-    cp_async_commit();
-    Dec d;
-    if constexpr (!G::DIRECT) d.load(slice(ks + 1));
-    const u8* a_t = a_sm + (ks % G::S) * G::A_BYTES;
-    const u8* b_t = b_sm + (ks % G::BS) * G::B_BYTES;
+    for (u32 ks = 0; ks < n_steps; ++ks) {
+      cp_async_wait<G::S - 3>();
+      __syncthreads();
+      issue(ks + G::S - 1);
+      cp_async_commit();
+      Dec d;
+      if constexpr (!G::DIRECT) d.load(slice(ks + 1));
+      const u8* a_t = a_sm + (ks % G::S) * G::A_BYTES;
+      const u8* b_t = b_sm + (ks % G::BS) * G::B_BYTES;
 #pragma unroll
-    for (int kk = 0; kk < TC_BK / 16; ++kk) {
-      u32 af[G::MI][4];
+      for (int kk = 0; kk < TC_BK / 16; ++kk) {
+        u32 af[G::MI][4];
 #pragma unroll
-      for (int i = 0; i < G::MI; ++i)
-        ldsm_x4(smem_addr(a_t + swz(wm0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4))), af[i]);
-      u32 bf[G::NJ / 2][4];
+        for (int i = 0; i < G::MI; ++i)
+          ldsm_x4(smem_addr(a_t + swz(wm0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4))), af[i]);
+        u32 bf[G::NJ / 2][4];
 #pragma unroll
-      for (int j = 0; j < G::NJ; j += 2) {
-        const u32 r = (lane & 16 ? brow[j + 1] : brow[j]) + (lane & 7);
-        ldsm_x4(smem_addr(b_t + swz(r, 2 * kk + ((lane >> 3) & 1))), bf[j / 2]);
-      }
-#pragma unroll
-      for (int j = 0; j < G::NJ; j += 2)
-#pragma unroll
-        for (int i = 0; i < G::MI; ++i) {
-          Mma<T>::run(acc[i][j], af[i], bf[j / 2][0], bf[j / 2][1]);
-          Mma<T>::run(acc[i][j + 1], af[i], bf[j / 2][2], bf[j / 2][3]);
+        for (int j = 0; j < G::NJ; j += 2) {
+          const u32 r = (lane & 16 ? brow[j + 1] : brow[j]) + (lane & 7);
+          ldsm_x4(smem_addr(b_t + swz(r, 2 * kk + ((lane >> 3) & 1))), bf[j / 2]);
         }
-      if constexpr (!G::DIRECT) put(ks + 1, kk, d.unit(kk));
+#pragma unroll
+        for (int j = 0; j < G::NJ; j += 2)
+#pragma unroll
+          for (int i = 0; i < G::MI; ++i) {
+            Mma<T>::run(acc[i][j], af[i], bf[j / 2][0], bf[j / 2][1]);
+            Mma<T>::run(acc[i][j + 1], af[i], bf[j / 2][2], bf[j / 2][3]);
+          }
+        if constexpr (!G::DIRECT) put(ks + 1, kk, d.unit(kk));
+      }
     }
-  }
   }
   cp_async_wait<0>();
 
@@ -525,30 +525,30 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
         }
       }
   } else {
-  constexpr u32 per = G::NJ / HALVES;
+    constexpr u32 per = G::NJ / HALVES;
 #pragma unroll
-  for (int i = 0; i < G::MI; ++i)
+    for (int i = 0; i < G::MI; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const u32 r = wm0 + 16 * i + g + 8 * h;
-      if (r >= tile.rows) continue;
-      T* orow = out + (u64)(tile.row0 + r) * p.n;
+      for (int h = 0; h < 2; ++h) {
+        const u32 r = wm0 + 16 * i + g + 8 * h;
+        if (r >= tile.rows) continue;
+        T* orow = out + (u64)(tile.row0 + r) * p.n;
 #pragma unroll
-      for (int j = 0; j < G::NJ; ++j) {
-        if ((u32)j >= per) break;
-        u32 q, col;
-        tile_row<P>(brow[j], q, col);
-        const u32 n = n0 + col + 2 * t4;
+        for (int j = 0; j < G::NJ; ++j) {
+          if ((u32)j >= per) break;
+          u32 q, col;
+          tile_row<P>(brow[j], q, col);
+          const u32 n = n0 + col + 2 * t4;
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          if (n + c >= p.n) continue;
-          float y = acc[i][j][2 * h + c];
-          if constexpr (P == 2) y = silu(y) * acc[i][j + per][2 * h + c];
-          if constexpr (P == 3) y += acc[i][j + per][2 * h + c];
-          orow[n + c] = from_f32<T>(y);
+          for (int c = 0; c < 2; ++c) {
+            if (n + c >= p.n) continue;
+            float y = acc[i][j][2 * h + c];
+            if constexpr (P == 2) y = silu(y) * acc[i][j + per][2 * h + c];
+            if constexpr (P == 3) y += acc[i][j + per][2 * h + c];
+            orow[n + c] = from_f32<T>(y);
+          }
         }
       }
-    }
   }
 }
 

@@ -28,32 +28,24 @@ pub struct Source {
     pub text: &'static str,
 }
 
+/// A header of `kernels/`, included as `moekit/<file>`.
+macro_rules! header {
+    ($file:literal) => {
+        Source {
+            name: concat!("moekit/", $file),
+            text: include_str!(concat!("../../kernels/", $file)),
+        }
+    };
+}
+
 /// Headers every kernel source may `#include "moekit/..."`.
 pub static HEADERS: &[Source] = &[
-    Source {
-        name: "moekit/common.cuh",
-        text: include_str!("../../kernels/common.cuh"),
-    },
-    Source {
-        name: "moekit/dequant.cuh",
-        text: include_str!("../../kernels/dequant.cuh"),
-    },
-    Source {
-        name: "moekit/pipe.cuh",
-        text: include_str!("../../kernels/pipe.cuh"),
-    },
-    Source {
-        name: "moekit/tc_decode.cuh",
-        text: include_str!("../../kernels/tc_decode.cuh"),
-    },
-    Source {
-        name: "moekit/wgmma.cuh",
-        text: include_str!("../../kernels/wgmma.cuh"),
-    },
-    Source {
-        name: "moekit/route.cuh",
-        text: include_str!("../../kernels/route.cuh"),
-    },
+    header!("common.cuh"),
+    header!("dequant.cuh"),
+    header!("pipe.cuh"),
+    header!("tc_decode.cuh"),
+    header!("wgmma.cuh"),
+    header!("route.cuh"),
 ];
 
 /// Options passed to NVRTC for every kernel (besides the architecture).

@@ -426,8 +426,10 @@ fn block_is_deterministic_batch_invariant_and_graph_safe() {
 
 /// A reduced sweep for compute-sanitizer (memcheck, racecheck): the kernel's
 /// code paths — raw stages of 32-weight blocks, 256-weight super-blocks,
-/// affine scale staging, dense rows; plain, SwiGLU and split epilogues;
-/// tiles of 16 and 128 rows; ragged N and K — on small shapes.
+/// affine scale staging, dense rows; the packed 4-bit, byte and generic
+/// tile decoders; plain, SwiGLU and split epilogues; tiles of 16 rows
+/// (mma.sync) and 128 and 256 rows (wgmma on sm_90a); ragged N and K — on
+/// small shapes.
 #[test]
 fn sanitizer_sweep() {
     let fmts = [
@@ -437,11 +439,16 @@ fn sanitizer_sweep() {
             bits: 4,
             group_size: 64,
         }),
+        WeightFormat::Affine(AffineParams {
+            bits: 8,
+            group_size: 64,
+        }),
         WeightFormat::Dense(DType::Bf16),
     ];
     for f in fmts {
         let kk = round_k(f, 320);
-        for t in [3, 150] {
+        // E = 2, k = 2: tiles of 16, 128 and 256 rows.
+        for t in [3, 150, 600] {
             let c = Case::new(DType::Bf16, spread(t, 2, 2), kk, 7);
             check(f, DType::F16, DType::Bf16, &c, 72, 1, "sanitizer");
         }

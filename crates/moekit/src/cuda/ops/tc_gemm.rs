@@ -144,6 +144,29 @@ pub fn tile_rows(m: usize, n_experts: usize) -> usize {
         .unwrap_or(TILE_ROWS[TILE_ROWS.len() - 2])
 }
 
+/// The largest tile every launch may need (256-row tiles are optional: see
+/// [`launch_tile_rows`]).
+const REQUIRED_TILE: usize = 128;
+
+/// The tile row count a launch uses on a device with `smem_optin` bytes of
+/// shared memory a block: [`tile_rows`], stepped down to [`REQUIRED_TILE`]
+/// where a 256-row tile of this format does not fit (an A100 allows 163 KB;
+/// q6_K's 256-row tiles take 189 KB). [`supports`] checked the smaller ones.
+pub fn launch_tile_rows(
+    m: usize,
+    n_experts: usize,
+    w: &QuantWeights,
+    dtype: DType,
+    smem_optin: usize,
+) -> usize {
+    let bm = tile_rows(m, n_experts);
+    if bm > REQUIRED_TILE && smem_bytes(w, dtype, bm) > smem_optin {
+        REQUIRED_TILE
+    } else {
+        bm
+    }
+}
+
 /// Whether the tensor-core GEMM takes activations of `dtype` against `w`
 /// on a device with `smem_optin` bytes of shared memory a block; the reason
 /// when it does not.
@@ -166,7 +189,7 @@ pub fn supports(
     if w.n_experts() > MAX_EXPERTS {
         return Err(format!("{} experts: at most {MAX_EXPERTS}", w.n_experts()));
     }
-    let need = smem_bytes(w, dtype, TILE_ROWS[TILE_ROWS.len() - 1]);
+    let need = smem_bytes(w, dtype, REQUIRED_TILE);
     if need > smem_optin {
         return Err(format!(
             "{} tiles need {need} bytes of shared memory a block; the device allows {smem_optin}",
@@ -300,7 +323,7 @@ fn run(
         }
     };
     check_out(op, out, x.dtype(), &[m, n])?;
-    let bm = tile_rows(m, e);
+    let bm = launch_tile_rows(m, e, w, x.dtype(), dev.smem_optin());
     let smem = smem_bytes(w, x.dtype(), bm);
     let bn = if p_sources == 1 { BROWS } else { BROWS / 2 };
     let m_tiles = m.div_ceil(bm) + if offsets == 0 { 0 } else { e.min(m) };
@@ -425,6 +448,20 @@ mod tests {
         assert_eq!(tile_rows(300, 1), 256);
         assert_eq!(tile_rows(100_000, 1), 256);
         assert_eq!(tile_rows(0, 128), 16);
+    }
+
+    #[test]
+    fn tiles_step_down_where_256_rows_do_not_fit() {
+        let a100 = 163 * 1024;
+        let q6 = WeightFormat::Ggml(crate::format::GgmlType::Q6_K);
+        let w =
+            crate::format::random::random_weights(q6, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
+        let m = 4097 * 8;
+        assert_eq!(tile_rows(m, 128), 256);
+        assert!(smem_bytes(&w, DType::Bf16, 256) > a100);
+        assert_eq!(launch_tile_rows(m, 128, &w, DType::Bf16, a100), 128);
+        assert_eq!(launch_tile_rows(m, 128, &w, DType::Bf16, 227 * 1024), 256);
+        assert!(supports(DType::Bf16, &w, a100).is_ok());
     }
 
     #[test]
