@@ -1,33 +1,35 @@
-// decode.cu — the MoE block for few tokens (decode, T ≤ 64) in three launches:
+// decode.cu — the MoE block for few tokens (decode, T ≤ 64) in three
+// launches, with no host round trip (capturable in a CUDA graph):
 //
-//   1. decode_route     router matvec, one block per router row (plus the
-//                       shared-expert gate row); the last block to
-//                       finish (a ticket counter) routes every token, then
-//                       builds the expert-sorted slot list and the list of
-//                       active experts — no host round trip, no extra launch.
-//   2. decode_gate_up   block (row tile, active expert): stages the tile's
-//                       gate and up rows in shared memory (cp.async, the
-//                       whole tile in flight at once), then each warp decodes
-//                       a row once and dots it with every token that chose
-//                       the expert: act[slot, n] = silu(g)·u. The shared
-//                       expert is one more grid row over all tokens.
-//   3. decode_down      block owns a tile of output rows h for every token:
-//                       streams the active experts' down tiles through a ring
-//                       of shared-memory buffers, dots each staged row with
-//                       the expert's tokens' act rows, then sums each token's
-//                       k slots in slot order (+ gated shared expert).
+//   1. decode_route     router matvec, one warp per router row (plus the
+//                       shared-expert gate row); the last block to finish
+//                       (a ticket counter) routes the tokens, a warp each,
+//                       then builds the expert-sorted slot list and the list
+//                       of active experts.
+//   2. gate/up          block (16-row tile, active expert) → act[slot, n] =
+//                       silu(g)·u for every token that chose the expert (the
+//                       shared expert is one more grid row over all tokens).
+//   3. down + combine   block (16-row tile of H, active expert) → y[slot, h];
+//                       the last block of a row tile (a ticket per tile) sums
+//                       each token's k slots in slot order (+ gated shared
+//                       expert) into out.
 //
-// Tile sizes (gu_rows, down_rows) are chosen on the host from the format's
-// bytes per row (decode.rs: tiles), the one place they are set.
+// Steps 2 and 3 run on tensor cores for 16-bit activations
+// (decode_gate_up_mma, decode_down_mma: moekit/decode_mma.cuh, weights
+// decoded straight into MMA fragments, the block's warps splitting K) and
+// on CUDA cores for f32 activations or f32 weights (decode_gate_up,
+// decode_down: moekit/decode_f32.cuh, f32 arithmetic throughout). The host
+// (decode.rs: `Kernels`) picks which, and the tiles of the CUDA-core kernels.
 //
 // Deterministic and batch-invariant: every (row, token) dot uses the same
-// lane→chunk assignment and reduction whatever the other tokens are; the
-// combine runs in slot order; no float atomics. Intermediates are rounded to
-// the activation type where the general path stores them in it, so both
-// paths agree to rounding.
+// order of products and sums whatever the other tokens are (the MMA split
+// of K depends on K only); the combine runs in slot order; no float
+// atomics. Intermediates are rounded to the activation type where the
+// general path stores them in it, so both paths agree to rounding.
 #include "moekit/dequant.cuh"
 #include "moekit/pipe.cuh"
 #include "moekit/route.cuh"
+#include "moekit/decode_mma.cuh"
 
 namespace moekit {
 
@@ -62,9 +64,12 @@ struct DecodeParams {
   u32* n_active;         // [1]
   u32* offsets;          // [E + 1] of the expert-sorted slots
   u32* slots;            // [T·k] slots t·k + j in expert order
-  float* act;            // [T·k + T, act_stride] routed slots, then shared rows
+  void* act;             // [T·k + T, act_stride] routed slots, then shared rows
+                         // (f32 on CUDA cores, T on tensor cores)
   const float* rvec;     // [E] Gemma-4 scale or grouped bias, or null
   u32* err;
+  float* y;              // [T·k + T, H] down outputs per slot (tensor-core path)
+  u32* tile_tickets;     // [⌈H / 16⌉], zero between launches (tensor-core down)
   DecodeW router, sgate;  // format FR: [1, E, H], [1, 1, H]
   DecodeW gate_w, up_w, down_w; // format F: [E, I, H] ×2, [E, H, I]
   DecodeW sg, su, sd;     // format F: shared expert [1, Is, H] ×2, [1, H, Is]
@@ -76,12 +81,14 @@ struct DecodeParams {
   u32 gu_rows;      // rows of gate/up per decode_gate_up block
   u32 down_rows;    // output rows per decode_down block
   u32 down_room;    // bytes of one decode_down ring buffer
+  u32 gu_split;     // warps splitting K in a decode_gate_up_mma block (1, 2, 4 or 8)
+  u32 down_split;   // the same for decode_down_mma
   u32 pad;
 };
-static_assert(sizeof(DecodeParams) == 496, "DecodeParams layout");
+static_assert(sizeof(DecodeParams) == 520, "DecodeParams layout");
 
 constexpr int DEC_WARPS = 8;    // warps per block of decode_gate_up and decode_down
-constexpr u32 ROUTE_WARPS = 32; // warps per decode_route block: one token each when routing
+constexpr u32 ROUTE_WARPS = 8;  // warps per decode_route block: router rows, then a token each
 constexpr int DEC_TG = 4;      // tokens per register group
 // Lanes that share one row's dot (a warp works on DEC_GROUPS rows at once).
 constexpr u32 DEC_GL = 8, DEC_GROUPS = 32 / DEC_GL;
@@ -170,49 +177,70 @@ __device__ void route_token(const DecodeParams& p, u32 t, const route::Warp& w, 
   __syncwarp();
 }
 
-// Grid: E + 1 blocks of ROUTE_WARPS warps. Dynamic shared memory: max(route_warps · 3 · E, E + 1)
-// floats (routing buffers, then the sort's counters), then T·k ids.
+constexpr u32 ROUTE_ROW_WARPS = 4;  // warps splitting one router row
+constexpr u32 ROUTE_ROWS = ROUTE_WARPS / ROUTE_ROW_WARPS;
+constexpr u32 ROUTE_HELD = 8;  // chunks a lane holds in registers at once
+
+// Grid: ⌈(E + 1) / ROUTE_ROWS⌉ blocks of ROUTE_WARPS warps; ROUTE_ROW_WARPS
+// warps compute a router row (row E: the shared-expert gate) for every
+// token: lane l of part q takes chunks (32q + l) + 128j, loading up to
+// ROUTE_HELD of them at once (one memory round trip for H ≤ 4096 f32), then
+// dots them with each token; the parts' butterfly sums are added in part
+// order (a fixed order). Dynamic shared memory: max(route_warps · 3 · E,
+// E + 1) floats (routing buffers, then the sort's counters), then T·k ids.
 template <typename FR, typename T>
 __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_constant__ DecodeParams p) {
   extern __shared__ float dec_smem[];
   __shared__ u32 s_last;
+  __shared__ float part[ROUTE_WARPS][DEC_TG];
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const u32 E = p.n_experts, nt = p.n_tokens, H = p.hidden, k = p.top_k;
-  // One block per router row (row E: the shared-expert gate); its warps
-  // split K, then sum their partials in warp order (deterministic).
-  const u32 r = blockIdx.x;
+  const u32 rl = warp / ROUTE_ROW_WARPS, q = warp % ROUTE_ROW_WARPS;
+  const u32 r = blockIdx.x * ROUTE_ROWS + rl;
   const bool gate_row = r == E && p.sgate.data != nullptr;
-  __shared__ float part[ROUTE_WARPS][DEC_TG];
-  if (r < E || gate_row) {
-    const QRow row = row_of<FR>(gate_row ? p.sgate : p.router, 0, gate_row ? 0 : r);
-    const u32 nch = (H + FR::CHUNK - 1) / FR::CHUNK;
-    const T* x = static_cast<const T*>(p.x);
-    for (u32 t0 = 0; t0 < nt; t0 += DEC_TG) {
-      float acc[DEC_TG];
+  const bool active = r < E || gate_row;
+  const QRow row = row_of<FR>(gate_row ? p.sgate : p.router, 0, active && !gate_row ? r : 0);
+  const u32 nch = (H + FR::CHUNK - 1) / FR::CHUNK;
+  const T* x = static_cast<const T*>(p.x);
+  constexpr u32 STRIDE = 32 * ROUTE_ROW_WARPS;
+  for (u32 t0 = 0; t0 < nt; t0 += DEC_TG) {
+    float acc[DEC_TG];
 #pragma unroll
-      for (int i = 0; i < DEC_TG; ++i) acc[i] = 0.f;
-#pragma unroll 2
-      for (u32 c = threadIdx.x; c < nch; c += blockDim.x) {
-        float w[FR::CHUNK];
-        FR::dequant(row, c, w);
+    for (int i = 0; i < DEC_TG; ++i) acc[i] = 0.f;
+    for (u32 c0 = q * 32 + lane; active && c0 < nch; c0 += ROUTE_HELD * STRIDE) {
+      float w[ROUTE_HELD][FR::CHUNK];
 #pragma unroll
-        for (int i = 0; i < DEC_TG; ++i)
-          if (t0 + i < nt) acc[i] += chunk_dot<FR::CHUNK, T>(w, x + (u64)(t0 + i) * H, c * FR::CHUNK, H);
+      for (u32 j = 0; j < ROUTE_HELD; ++j) {
+        const u32 c = c0 + j * STRIDE;
+        if (c < nch) FR::dequant(row, c, w[j]);
       }
 #pragma unroll
       for (int i = 0; i < DEC_TG; ++i) {
-        const float s = warp_sum(acc[i]);
-        if (lane == 0) part[warp][i] = s;
+        if (t0 + i >= nt) break;
+        const T* xt = x + (u64)(t0 + i) * H;
+#pragma unroll
+        for (u32 j = 0; j < ROUTE_HELD; ++j) {
+          const u32 c = c0 + j * STRIDE;
+          if (c < nch) acc[i] += chunk_dot<FR::CHUNK, T>(w[j], xt, c * FR::CHUNK, H);
+        }
       }
-      __syncthreads();
-      if (threadIdx.x < DEC_TG && t0 + threadIdx.x < nt) {
-        float s = 0.f;
-        for (u32 w = 0; w < ROUTE_WARPS; ++w) s += part[w][threadIdx.x];
-        // The general path's router matmul stores logits in T.
-        p.logits[(u64)(t0 + threadIdx.x) * (E + 1) + r] = to_f32(from_f32<T>(s));
-      }
-      __syncthreads();
     }
+#pragma unroll
+    for (int i = 0; i < DEC_TG; ++i) {
+      const float s = warp_sum(acc[i]);
+      if (lane == 0) part[warp][i] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < ROUTE_ROWS * DEC_TG) {
+      const u32 rr = threadIdx.x / DEC_TG, i = threadIdx.x % DEC_TG, row_r = blockIdx.x * ROUTE_ROWS + rr;
+      if (t0 + i < nt && (row_r < E || (row_r == E && p.sgate.data != nullptr))) {
+        float s = 0.f;
+        for (u32 w = 0; w < ROUTE_ROW_WARPS; ++w) s += part[rr * ROUTE_ROW_WARPS + w][i];
+        // The general path's router matmul stores logits in T.
+        p.logits[(u64)(t0 + i) * (E + 1) + row_r] = to_f32(from_f32<T>(s));
+      }
+    }
+    __syncthreads();
   }
   // Last block to finish routes every token.
   __threadfence();
@@ -284,156 +312,112 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
   if (threadIdx.x == 0) *p.ticket = 0;  // ready for the next launch (graph replay)
 }
 
+
+}  // namespace moekit
+
+#include "moekit/decode_f32.cuh"
+
+namespace moekit {
+
 // ---------------------------------------------------------------------------
-// Staging weight tiles in shared memory. A block copies the packed bytes of
-// its rows (and, for affine formats, their scales and biases) with cp.async
-// — every load of the tile in flight at once, no registers held — then
-// decodes from shared memory (moekit/pipe.cuh: cp.async and `stage`).
+// Tensor-core expert kernels (16-bit activations). A block's MMA_WARPS warps
+// are MT = MMA_WARPS / KS row tiles of 16 weight rows × KS parts of K
+// (KS = p.gu_split or p.down_split, from K alone: decode.rs `mma_split`);
+// warp (mt, ks) takes spans ks, ks + KS, … of tile mt (moekit/decode_mma.cuh)
+// and, for KS > 1, the parts' partial tiles are summed in part order
+// through shared memory. Tokens go in groups of 16 (two n-tiles) or 8 (one),
+// each group re-reading the tile (from L2).
 
-// Bytes of one row of K weights of F, and of its scales (and of its biases).
-template <typename F>
-__device__ __forceinline__ u32 row_bytes(u32 k) { return k / F::UNIT_W * F::UNIT_BYTES; }
-template <typename F>
-__device__ __forceinline__ u32 aux_bytes(u32 k, u32 group_shift) {
-  if constexpr (is_void<typename F::Scale>::value) return 0;
-  else return (k >> group_shift) * (u32)sizeof(typename F::Scale);
-}
-// Shared memory of a staged tile of `nr` rows (decode.rs: tile_room).
-template <typename F>
-__device__ __forceinline__ u32 tile_room(u32 nr, u32 k, u32 group_shift) {
-  const u32 a = aux_bytes<F>(k, group_shift);
-  return stage_room(nr * row_bytes<F>(k)) + (a ? 2 * stage_room(nr * a) : 0);
-}
+constexpr u32 MMA_WARPS = 8;
+constexpr u32 MMA_TILE = 16;  // weight rows per warp
+constexpr u32 MMA_GROUP = 16; // tokens per group (at most two n-tiles)
 
-// Rows n0 .. n0 + nr of expert e of `w`, staged at `smem` (with `copy`,
-// the block issues the copy; without, the tile only points at it);
-// `row(i)` is the staged row n0 + i.
-template <typename F>
-struct Tile {
-  const u8 *data, *scales, *biases;
-  u32 k, group_shift;
-  __device__ __forceinline__ Tile(u8* smem, const DecodeW& w, u64 e, u32 n0, u32 nr, bool copy)
-      : scales(nullptr), biases(nullptr), k(w.k), group_shift(w.group_shift) {
-    const u64 row = e * w.rows + w.row_offset + n0;
-    const u32 rb = row_bytes<F>(k), ab = aux_bytes<F>(k, group_shift);
-    data = stage(smem, w.data + row * rb, nr * rb, copy);
-    if (ab) {
-      u8* s = smem + stage_room(nr * rb);
-      scales = stage(s, w.scales + row * ab, nr * ab, copy);
-      biases = stage(s + stage_room(nr * ab), w.biases + row * ab, nr * ab, copy);
-    }
-  }
-  __device__ __forceinline__ QRow row(u32 i) const { return make_row<F>(data, scales, biases, i, k, group_shift); }
-};
-
-// Activation rows in shared memory are swizzled per chunk: the 4-value piece
-// q of chunk c sits at piece q ^ (c % PIECES), so the lanes of a warp (lane
-// ↔ chunk) reading piece q at once hit different banks.
-template <int CHUNK>
-__device__ __forceinline__ u32 swizzled(u32 j) {
-  constexpr u32 P = CHUNK / 4;
-  const u32 c = j / CHUNK, q = (j % CHUNK) / 4;
-  return c * CHUNK + ((q ^ (c % P)) * 4) + j % 4;
+// Partial fragments: [MMA_WARPS][MATS][NT][4][32] floats.
+template <int MATS, int NT>
+__device__ __forceinline__ void put_partials(float* red, const float (&acc)[MATS][NT][4], u32 warp, u32 lane) {
+#pragma unroll
+  for (int m = 0; m < MATS; ++m)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[((((warp * MATS + m) * NT + n) * 4 + i) << 5) + lane] = acc[m][n][i];
 }
 
-// An x row staged in shared memory (swizzled, f32).
-template <int CHUNK>
-struct SmemX {
-  const float* row;
-  __device__ __forceinline__ float4 piece(u32 c, u32 q) const {
-    constexpr u32 P = CHUNK / 4;
-    return *reinterpret_cast<const float4*>(row + c * CHUNK + (q ^ (c % P)) * 4);
+// Σ over the KS parts of tile mt (warps mt·KS ..), in part order, of
+// element (m, n, i) of lane l's fragment.
+template <int MATS, int NT>
+__device__ __forceinline__ float sum_partials(const float* red, u32 mt, u32 ks_n, u32 m, u32 n, u32 i, u32 l) {
+  float s = 0.f;
+  for (u32 w = mt * ks_n; w < (mt + 1) * ks_n; ++w) s += red[((((w * MATS + m) * NT + n) * 4 + i) << 5) + l];
+  return s;
+}
+
+// Fragment element (n, i) of lane l: its row in the tile and its token in the group.
+__device__ __forceinline__ u32 frag_row(u32 i, u32 l) { return (l >> 2) + 8u * (i >> 1); }
+__device__ __forceinline__ u32 frag_tok(u32 n, u32 i, u32 l) { return 8u * n + 2u * (l & 3u) + (i & 1u); }
+
+constexpr u32 MMA_RED = MMA_WARPS * 2 * 2 * 4 * 32;  // floats of the reduction buffer
+
+// Where a warp works: its tile's first row, its part of K, and the split.
+struct MmaWarp {
+  u32 mt, ks, ks_n, row0;
+  __device__ __forceinline__ MmaWarp(u32 split) {
+    const u32 warp = threadIdx.x >> 5;
+    ks_n = split;
+    mt = warp / split;
+    ks = warp % split;
+    row0 = (blockIdx.x * (MMA_WARPS / split) + mt) * MMA_TILE;
   }
 };
 
-// The act rows (decode_gate_up → decode_down) are lane-major: 32 consecutive
-// chunks form a block of 32·CHUNK values where piece q of chunk c sits at
-// (q·32 + c % 32)·4, so a warp's lanes, each reading piece q of its own
-// chunk, read 512 consecutive bytes. Rows are act_stride (a multiple of
-// 32·CHUNK) long.
-template <int CHUNK>
-__device__ __forceinline__ u32 act_pos(u32 j) {
-  constexpr u32 P = CHUNK / 4;
-  const u32 c = j / CHUNK, q = (j % CHUNK) / 4;
-  return ((c / 32) * P + q) * 128 + (c % 32) * 4 + j % 4;
-}
-
-// A lane-major act row of `k` values (positions past k read as zero: they
-// are never written).
-template <int CHUNK>
-struct ActX {
-  const float* row;
-  u32 k;
-  __device__ __forceinline__ float4 piece(u32 c, u32 q) const {
-    constexpr u32 P = CHUNK / 4;
-    float4 v = *reinterpret_cast<const float4*>(row + ((c / 32) * P + q) * 128 + (c % 32) * 4);
-    const u32 j = c * CHUNK + 4 * q;
-    if (j + 4 > k) {
-      v.x = j < k ? v.x : 0.f;
-      v.y = j + 1 < k ? v.y : 0.f;
-      v.z = j + 2 < k ? v.z : 0.f;
-      v.w = j + 3 < k ? v.w : 0.f;
-    }
-    return v;
-  }
-};
-
-// Σ w·x over chunk c of decoded weights.
-template <int CHUNK, typename X>
-__device__ __forceinline__ float weights_dot(const float (&w)[CHUNK], const X& x, u32 c) {
-  float a = 0.f;
-#pragma unroll
-  for (u32 q = 0; q < CHUNK / 4; ++q) {
-    const float4 v = x.piece(c, q);
-    a = fmaf(w[4 * q], v.x, a);
-    a = fmaf(w[4 * q + 1], v.y, a);
-    a = fmaf(w[4 * q + 2], v.z, a);
-    a = fmaf(w[4 * q + 3], v.w, a);
-  }
-  return a;
-}
-
-// Σ w·x over chunk c from the format's codes: per sub-chunk s,
-// a[s]·Σ q·x + b[s]·Σ x (Σ x from `sums` when SUMS, else summed here).
-template <typename F, bool SUMS, typename X>
-__device__ __forceinline__ float codes_dot(const float (&q)[F::CHUNK], const float (&ka)[F::CHUNK / F::SUB],
-                                           const float (&kb)[F::CHUNK / F::SUB], const X& x, const float* sums, u32 c) {
-  constexpr u32 NSUB = F::CHUNK / F::SUB, PS = F::SUB / 4;
-  float acc = 0.f;
-#pragma unroll
-  for (u32 s = 0; s < NSUB; ++s) {
-    float d = 0.f, xs = 0.f;
-#pragma unroll
-    for (u32 i = 0; i < PS; ++i) {
-      const u32 j = s * F::SUB + 4 * i;
-      const float4 v = x.piece(c, s * PS + i);
-      d = fmaf(q[j], v.x, d);
-      d = fmaf(q[j + 1], v.y, d);
-      d = fmaf(q[j + 2], v.z, d);
-      d = fmaf(q[j + 3], v.w, d);
-      if (F::HAS_B && !SUMS) xs += (v.x + v.y) + (v.z + v.w);
-    }
-    acc = fmaf(ka[s], d, acc);
-    if (F::HAS_B) acc = fmaf(kb[s], SUMS ? sums[c * NSUB + s] : xs, acc);
-  }
-  return acc;
-}
-
-// Width of a staged activation row: K rounded up to 32 (a multiple of every
-// CHUNK), zero-filled past K (decode.rs: the gate/up shared memory).
-__device__ __forceinline__ u32 padded(u32 k) { return (k + 31u) & ~31u; }
-
-constexpr u32 GU_TG = 4;  // tokens whose x rows decode_gate_up stages at a time
-
-// Grid: (⌈max(I, Is) / gu_rows⌉, max_active + 1): block (x, y) computes rows
-// x·gu_rows .. of gate/up for active expert y (y = max_active: the shared
-// expert over every token). Dynamic shared memory: the gate and up tiles,
-// then GU_TG x rows as f32 (padded(H) each).
-template <typename F, typename T>
-__global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid_constant__ DecodeParams p) {
-  extern __shared__ __align__(16) u8 dec_tiles[];
+// acc over the warp's spans for one token group, then `emit(n, i, l, v)`
+// for every fragment element of every tile of the block, v[m] the element's
+// full sums (the owner lane itself when KS = 1, else after the reduction;
+// emit is called by some thread of the block, lane l's element).
+template <typename F, typename T, int MATS, int NT, typename Emit>
+__device__ __forceinline__ void mma_group(const MmaWarp& mw, const QRow (&rows)[MATS][2], const T* const (&xr)[NT],
+                                          u32 n_spans, float* red, const Emit& emit) {
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  const u32 nt = p.n_tokens, H = p.hidden, k = p.top_k;
+  float acc[MATS][NT][4];
+#pragma unroll
+  for (int m = 0; m < MATS; ++m)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
+  mma_spans<F, T, MATS, NT>(rows, xr, mw.ks, mw.ks_n, n_spans, acc);
+  if (mw.ks_n == 1) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float v[MATS];
+#pragma unroll
+        for (int m = 0; m < MATS; ++m) v[m] = acc[m][n][i];
+        emit(mw.mt, (u32)n, (u32)i, lane, v);
+      }
+    return;
+  }
+  __syncthreads();  // the previous group's partials are read
+  put_partials<MATS, NT>(red, acc, warp, lane);
+  __syncthreads();
+  const u32 mt_n = MMA_WARPS / mw.ks_n;
+  for (u32 e = threadIdx.x; e < mt_n * NT * 128u; e += blockDim.x) {
+    const u32 l = e & 31u, i = (e >> 5) & 3u, n = (e >> 7) % NT, mt = (e >> 7) / NT;
+    float v[MATS];
+#pragma unroll
+    for (int m = 0; m < MATS; ++m) v[m] = sum_partials<MATS, NT>(red, mt, mw.ks_n, m, n, i, l);
+    emit(mt, n, i, l, v);
+  }
+}
+
+// Grid: (⌈max(I, Is) / (16·MT)⌉, max_active + 1); block (x, y): MT tiles of
+// gate and up of active expert y (y = max_active: the shared expert, every
+// token) → act rows (T) of the expert's slots.
+template <typename F, typename T>
+__global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __grid_constant__ DecodeParams p) {
+  __shared__ __align__(16) float red[MMA_RED];
+  const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, k = p.top_k, H = p.hidden;
   const bool shared = blockIdx.y == p.max_active;
   u32 e = 0;
   if (!shared) {
@@ -445,191 +429,109 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
   const DecodeW& G = shared ? p.sg : p.gate_w;
   const DecodeW& U = shared ? p.su : p.up_w;
   const u32 n_rows = shared ? p.sd.k : p.down_w.k;  // I (or Is): down's K
-  const u32 n0 = blockIdx.x * p.gu_rows;
-  if (n0 >= n_rows) return;
-  const u32 nr = min(p.gu_rows, n_rows - n0);
-  const u32 room = tile_room<F>(nr, G.k, G.group_shift);
-  const Tile<F> tg(dec_tiles, G, e, n0, nr, true);
-  const Tile<F> tu(dec_tiles + room, U, e, n0, nr, true);
-  cp_async_commit();
-  float* xs = reinterpret_cast<float*>(dec_tiles + 2 * tile_room<F>(p.gu_rows, G.k, G.group_shift));
-  float* xsum = xs + GU_TG * padded(H);  // GU_TG · padded(H) / SUB sums
+  const MmaWarp mw(p.gu_split);
+  const u32 tile_rows = MMA_TILE * (MMA_WARPS / mw.ks_n);
+  if (blockIdx.x * tile_rows >= n_rows) return;
+  // A tile past the rows computes on clamped rows and stores nothing (its
+  // warps still take part in the block's reduction).
+  const bool live = mw.row0 < n_rows;
+  QRow rows[2][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const u32 r = min(mw.row0 + (lane >> 2) + 8u * h, n_rows - 1);
+    rows[0][h] = row_of<F>(G, e, r);
+    rows[1][h] = row_of<F>(U, e, r);
+  }
   const u32 first = shared ? 0 : p.offsets[e];
   const u32 n_tok = shared ? nt : p.offsets[e + 1] - first;
-  const u32 Hp = padded(H), nch = (H + F::CHUNK - 1) / F::CHUNK;
+  const u32 n_spans = live ? (H + MMA_SPAN - 1) / MMA_SPAN : 0;
   const T* x = static_cast<const T*>(p.x);
-  for (u32 i0 = 0; i0 < n_tok; i0 += GU_TG) {
-    const u32 cnt = min(GU_TG, n_tok - i0);
-    __syncthreads();  // the previous group's x rows are read
-    // The group's x rows as f32 (while the first group's tiles fly).
-    for (u32 i = 0; i < cnt; ++i) {
-      const u32 t = shared ? i0 + i : p.slots[first + i0 + i] / k;
-#pragma unroll 4
-      for (u32 j = threadIdx.x; j < Hp; j += blockDim.x)
-        xs[i * Hp + swizzled<F::CHUNK>(j)] = j < H ? to_f32(x[(u64)t * H + j]) : 0.f;
-    }
-    if constexpr (F::HAS_B) {
-      // Σ x per SUB values (in index order), for the formats' offsets.
-      __syncthreads();
-      for (u32 idx = threadIdx.x; idx < cnt * (Hp / F::SUB); idx += blockDim.x) {
-        const u32 i = idx / (Hp / F::SUB), j0 = (idx % (Hp / F::SUB)) * F::SUB;
-        float v = 0.f;
-        for (u32 j = j0; j < j0 + F::SUB; ++j) v += xs[i * Hp + swizzled<F::CHUNK>(j)];
-        xsum[idx] = v;
-      }
-    }
-    cp_async_wait<0>();
-    __syncthreads();
-    // Lane groups of DEC_GL lanes each own a row (several rows per warp in
-    // flight); a clamped duplicate row past nr computes but does not store.
-    const u32 grp = lane / DEC_GL, sub = lane % DEC_GL;
-    for (u32 r0 = warp * DEC_GROUPS; r0 < nr; r0 += DEC_WARPS * DEC_GROUPS) {
-      const u32 r = min(r0 + grp, nr - 1);
-      const QRow gr = tg.row(r), ur = tu.row(r);
-      float ag[GU_TG], au[GU_TG];
-#pragma unroll
-      for (u32 i = 0; i < GU_TG; ++i) ag[i] = au[i] = 0.f;
-      for (u32 c = sub; c < nch; c += DEC_GL) {
-        constexpr u32 NSUB = F::CHUNK / F::SUB;
-        float q[F::CHUNK], ka[NSUB], kb[NSUB];
-        F::codes(gr, c, q, ka, kb);
-#pragma unroll
-        for (u32 i = 0; i < GU_TG; ++i)
-          if (i < cnt) ag[i] += codes_dot<F, true>(q, ka, kb, SmemX<F::CHUNK>{xs + i * Hp}, xsum + i * (Hp / F::SUB), c);
-        F::codes(ur, c, q, ka, kb);
-#pragma unroll
-        for (u32 i = 0; i < GU_TG; ++i)
-          if (i < cnt) au[i] += codes_dot<F, true>(q, ka, kb, SmemX<F::CHUNK>{xs + i * Hp}, xsum + i * (Hp / F::SUB), c);
-      }
-      const u32 gmask = group_mask(grp);
-#pragma unroll
-      for (u32 i = 0; i < GU_TG; ++i) {
-        const float g = group_sum(ag[i], gmask), u = group_sum(au[i], gmask);
-        if (sub == 0 && i < cnt && r0 + grp < nr) {
-          const u32 row = shared ? nt * k + i0 + i : p.slots[first + i0 + i];
-          // The general path's fused SwiGLU stores its output in T.
-          p.act[(u64)row * p.act_stride + act_pos<F::CHUNK>(n0 + r)] = to_f32(from_f32<T>(silu(g) * u));
-        }
-      }
+  T* act = static_cast<T*>(p.act);
+  const u32 row_base = blockIdx.x * tile_rows;
+  for (u32 i0 = 0; i0 < n_tok; i0 += MMA_GROUP) {
+    const u32 cnt = min(MMA_GROUP, n_tok - i0);
+    auto tok = [&](u32 i) { return shared ? i0 + i : p.slots[first + i0 + i] / k; };
+    auto slot = [&](u32 i) { return shared ? nt * k + i0 + i : p.slots[first + i0 + i]; };
+    auto emit = [&](u32 mt, u32 n, u32 i, u32 l, const float (&v)[2]) {
+      const u32 row = row_base + mt * MMA_TILE + frag_row(i, l), t = frag_tok(n, i, l);
+      // The general path's fused SwiGLU stores its output in T.
+      if (row < n_rows && t < cnt) act[(u64)slot(t) * p.act_stride + row] = from_f32<T>(silu(v[0]) * v[1]);
+    };
+    const u32 g = lane >> 2;
+    if (cnt <= 8) {
+      const T* xr[1] = {g < cnt ? x + (u64)tok(g) * H : nullptr};
+      mma_group<F, T, 2, 1>(mw, rows, xr, n_spans, red, emit);
+    } else {
+      const T* xr[2] = {x + (u64)tok(g) * H, g + 8 < cnt ? x + (u64)tok(g + 8) * H : nullptr};
+      mma_group<F, T, 2, 2>(mw, rows, xr, n_spans, red, emit);
     }
   }
 }
 
-constexpr u32 DOWN_BATCH = 8;  // jobs per batch; two batches in flight
-
-// The tile of job j (active expert j, or the shared expert as job n_active)
-// in ring buffer j % (2·DOWN_BATCH); with `copy`, issues its copy.
-template <typename F>
-__device__ __forceinline__ Tile<F> down_tile(const DecodeParams& p, const u32* meta, u32 n_active, u32 j, u32 h0, u32 nr,
-                                             u8* ring, bool copy) {
-  const bool shared = j == n_active;
-  return Tile<F>(ring + (j % (2 * DOWN_BATCH)) * p.down_room, shared ? p.sd : p.down_w, shared ? 0 : meta[3 * j], h0, nr,
-                 copy);
-}
-
-// Issues batch b's tiles (jobs b·DOWN_BATCH ..) and commits one group (empty
-// past the last job, so the groups in flight stay two).
-template <typename F>
-__device__ __forceinline__ void down_batch(const DecodeParams& p, const u32* meta, u32 n_active, u32 n_jobs, u32 b, u32 h0,
-                                           u32 nr, u8* ring) {
-  for (u32 j = b * DOWN_BATCH; j < min(n_jobs, (b + 1) * DOWN_BATCH); ++j) down_tile<F>(p, meta, n_active, j, h0, nr, ring, true);
-  cp_async_commit();
-}
-
-// y[slot, r] for every token of job j and staged row r (rounded to T as the
-// general path's down matmul stores y), by one lane group (`sub`: lane in
-// the group; `store`: false for a clamped duplicate).
+// Grid: (⌈H / (16·MT)⌉, max_active + 1); block (x, y): MT tiles of active
+// expert y's down (y = max_active: the shared expert) × the act rows of its
+// slots → y. The last of a row tile's blocks to finish (tile_tickets[x])
+// then combines the tile for every token: Σ_j w[t, j] · y[t·k + j] in slot
+// order, rounded to T, plus the gated shared expert (rounded again), as the
+// general path does.
 template <typename F, typename T>
-__device__ __forceinline__ void down_pair(const DecodeParams& p, const QRow& dr, u32 first, u32 n_tok, bool shared,
-                                          const u32* sl, float* ys, u32 r, u32 sub, u32 gmask, bool store) {
-  const u32 n_slots = p.n_tokens * p.top_k, R = p.down_rows;
-  const u32 K = dr.k, nch = (K + F::CHUNK - 1) / F::CHUNK;
-  for (u32 i0 = 0; i0 < n_tok; i0 += DEC_TG) {
-    float acc[DEC_TG];
-    u32 row[DEC_TG];
-#pragma unroll
-    for (int i = 0; i < DEC_TG; ++i) {
-      acc[i] = 0.f;
-      row[i] = i0 + i < n_tok ? (shared ? n_slots + i0 + i : sl[first + i0 + i]) : 0;
-    }
-    // Decoded once per chunk, then dotted per token: the act rows have no
-    // precomputed sums, and summing them here would cost more per token
-    // than the factored form saves once per chunk.
-    for (u32 c = sub; c < nch; c += DEC_GL) {
-      float w[F::CHUNK];
-      F::dequant(dr, c, w);
-#pragma unroll
-      for (int i = 0; i < DEC_TG; ++i) {
-        if (i0 + i >= n_tok) break;
-        acc[i] += weights_dot<F::CHUNK>(w, ActX<F::CHUNK>{p.act + (u64)row[i] * p.act_stride, K}, c);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < DEC_TG; ++i) {
-      const float s = group_sum(acc[i], gmask);
-      if (store && sub == 0 && i0 + i < n_tok) ys[row[i] * R + r] = to_f32(from_f32<T>(s));
-    }
-  }
-}
-
-// Grid: ⌈H / down_rows⌉: block b owns output rows h0 = b·down_rows .. for
-// every token. The jobs' tiles stream through shared memory in batches of
-// DOWN_BATCH, two batches in flight; the warps split a batch's (job, row)
-// pairs, keep y[slot, row] in shared memory, and finally each token's k
-// slots are summed in slot order (+ the gated shared expert).
-// Dynamic shared memory: 2·DOWN_BATCH·down_room, then (T·k + T)·down_rows
-// floats of y, then (max_active + 1)·3 + T·k words of job metadata and slots.
-template <typename F, typename T>
-__global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_down(const __grid_constant__ DecodeParams p) {
-  extern __shared__ __align__(16) u8 dec_tiles[];
-  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  const u32 nt = p.n_tokens, H = p.hidden, k = p.top_k, R = p.down_rows;
+__global__ void __launch_bounds__(MMA_WARPS * 32, 3) decode_down_mma(const __grid_constant__ DecodeParams p) {
+  __shared__ __align__(16) float red[MMA_RED];
+  __shared__ u32 s_last;
+  const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, H = p.hidden, k = p.top_k;
   const u32 n_slots = nt * k;
-  const u32 h0 = blockIdx.x * R;
-  if (h0 >= H) return;
-  const u32 nr = min(R, H - h0);
-  float* ys = reinterpret_cast<float*>(dec_tiles + 2 * DOWN_BATCH * p.down_room);
-  u32* meta = reinterpret_cast<u32*>(ys + (n_slots + nt) * R);
-  u32* sl = meta + 3 * (p.max_active + 1);
   const u32 n_active = *p.n_active;
-  const u32 n_jobs = n_active + (p.sd.data != nullptr ? 1 : 0);
-  const u32 n_batches = (n_jobs + DOWN_BATCH - 1) / DOWN_BATCH;
-  for (u32 a = threadIdx.x; a < n_active; a += blockDim.x) meta[3 * a] = p.active[a];
-  __syncthreads();
-  down_batch<F>(p, meta, n_active, n_jobs, 0, h0, nr, dec_tiles);
-  down_batch<F>(p, meta, n_active, n_jobs, 1, h0, nr, dec_tiles);
-  for (u32 a = threadIdx.x; a < n_active; a += blockDim.x) {
-    const u32 first = p.offsets[meta[3 * a]];
-    meta[3 * a + 1] = first;
-    meta[3 * a + 2] = p.offsets[meta[3 * a] + 1] - first;
-  }
-  for (u32 s = threadIdx.x; s < n_slots; s += blockDim.x) sl[s] = p.slots[s];
-  for (u32 b = 0; b < n_batches; ++b) {
-    cp_async_wait<1>();
-    __syncthreads();
-    const u32 j0 = b * DOWN_BATCH, nb = min(n_jobs - j0, DOWN_BATCH);
-    const u32 grp = lane / DEC_GL, sub = lane % DEC_GL, gmask = group_mask(grp);
-    for (u32 q0 = warp * DEC_GROUPS; q0 < nb * nr; q0 += DEC_WARPS * DEC_GROUPS) {
-      const u32 q = min(q0 + grp, nb * nr - 1);
-      const u32 j = j0 + q / nr, r = q % nr;
-      const bool shared = j == n_active;
-      const Tile<F> tile = down_tile<F>(p, meta, n_active, j, h0, nr, dec_tiles, false);
-      down_pair<F, T>(p, tile.row(r), shared ? 0 : meta[3 * j + 1], shared ? nt : meta[3 * j + 2], shared, sl, ys, r, sub,
-                      gmask, q0 + grp < nb * nr);
+  const bool has_shared = p.sd.data != nullptr;
+  const bool shared = blockIdx.y == p.max_active;
+  if (shared ? !has_shared : blockIdx.y >= n_active) return;
+  const u32 e = shared ? 0 : p.active[blockIdx.y];
+  const DecodeW& D = shared ? p.sd : p.down_w;
+  const MmaWarp mw(p.down_split);
+  const u32 tile_rows = MMA_TILE * (MMA_WARPS / mw.ks_n), row_base = blockIdx.x * tile_rows;
+  const bool live = mw.row0 < H;
+  QRow rows[1][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) rows[0][h] = row_of<F>(D, e, min(mw.row0 + (lane >> 2) + 8u * h, H - 1));
+  const u32 first = shared ? 0 : p.offsets[e];
+  const u32 n_tok = shared ? nt : p.offsets[e + 1] - first;
+  const u32 n_spans = live ? (D.k + MMA_SPAN - 1) / MMA_SPAN : 0;
+  const T* act = static_cast<const T*>(p.act);
+  for (u32 i0 = 0; i0 < n_tok; i0 += MMA_GROUP) {
+    const u32 cnt = min(MMA_GROUP, n_tok - i0);
+    auto slot = [&](u32 i) { return shared ? n_slots + i0 + i : p.slots[first + i0 + i]; };
+    auto emit = [&](u32 mt, u32 n, u32 i, u32 l, const float (&v)[1]) {
+      const u32 row = row_base + mt * MMA_TILE + frag_row(i, l), t = frag_tok(n, i, l);
+      // The general path's down matmul stores y in T.
+      if (row < H && t < cnt) p.y[(u64)slot(t) * H + row] = to_f32(from_f32<T>(v[0]));
+    };
+    const u32 g = lane >> 2;
+    if (cnt <= 8) {
+      const T* xr[1] = {g < cnt ? act + (u64)slot(g) * p.act_stride : nullptr};
+      mma_group<F, T, 1, 1>(mw, rows, xr, n_spans, red, emit);
+    } else {
+      const T* xr[2] = {act + (u64)slot(g) * p.act_stride, g + 8 < cnt ? act + (u64)slot(g + 8) * p.act_stride : nullptr};
+      mma_group<F, T, 1, 2>(mw, rows, xr, n_spans, red, emit);
     }
-    __syncthreads();  // batch b's buffers are free again
-    down_batch<F>(p, meta, n_active, n_jobs, b + 2, h0, nr, dec_tiles);
   }
+  // The tile's last block combines (its y rows are visible after the fence).
+  __threadfence();
   __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(p.tile_tickets + blockIdx.x, 1u) == n_active + (has_shared ? 1u : 0u) - 1u;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const u32 nr = min(tile_rows, H - row_base);
   T* out = static_cast<T*>(p.out);
   for (u32 i = threadIdx.x; i < nt * nr; i += blockDim.x) {
-    const u32 t = i / nr, r = i % nr;
+    const u32 t = i / nr, h = row_base + i % nr;
     float acc = 0.f;
-    for (u32 j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(p.weights[(u64)t * k + j], ys[(t * k + j) * R + r]));
+    for (u32 j = 0; j < k; ++j)
+      acc = __fadd_rn(acc, __fmul_rn(p.weights[(u64)t * k + j], __ldcg(p.y + (u64)(t * k + j) * H + h)));
     float o = to_f32(from_f32<T>(acc));
-    if (p.sd.data) o = to_f32(from_f32<T>(o + p.shared_factor[t] * ys[(n_slots + t) * R + r]));
-    out[(u64)t * H + h0 + r] = from_f32<T>(o);
+    if (has_shared) o = to_f32(from_f32<T>(o + p.shared_factor[t] * __ldcg(p.y + (u64)(n_slots + t) * H + h)));
+    out[(u64)t * H + h] = from_f32<T>(o);
   }
+  if (threadIdx.x == 0) p.tile_tickets[blockIdx.x] = 0;  // ready for the next launch (graph replay)
 }
 
 }  // namespace moekit

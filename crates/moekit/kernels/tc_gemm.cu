@@ -50,6 +50,7 @@
 #include "moekit/pipe.cuh"
 #include "moekit/tc_decode.cuh"
 #include "moekit/wgmma.cuh"
+#include "moekit/mma.cuh"
 
 namespace moekit {
 
@@ -123,22 +124,6 @@ __device__ __forceinline__ void ldsm_x4(u32 addr, u32 (&r)[4]) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
-
-template <typename T> struct Mma;
-template <> struct Mma<__nv_bfloat16> {
-  __device__ static __forceinline__ void run(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-template <> struct Mma<__half> {
-  __device__ static __forceinline__ void run(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
 
 // Weight row i (0..127) of a tile: its source q and output column (from
 // the tile's first). P = 1: column i. P = 2, 3: 8-row groups alternate the

@@ -5,6 +5,7 @@
 //! [`MoePath`] that is refused is an error carrying that reason.
 
 use crate::device::Backend;
+use crate::dtype::DType;
 use crate::error::{invalid, Result};
 use crate::format::WeightFormat;
 use crate::ops::parts::MoeBlockParts;
@@ -35,16 +36,23 @@ pub struct Plan {
 
 /// Largest token count for which the fused decode path is chosen over the
 /// tensor-core path when both take the block: the measured crossover (H100,
-/// qwen3-30b-a3b, bf16 activations, CUDA-graph medians, `moekit bench --path
-/// decode|tc`, bench/results/h100/tc/crossover_*.json), decode vs tensor cores:
-/// * affine4-g64: T = 4 0.122 vs 0.164 ms, T = 8 0.238 vs 0.242, T = 16 0.440
-///   vs 0.322 → decode up to 8;
-/// * q4_k: T = 4 0.152 vs 0.163, T = 8 0.301 vs 0.239; q8_0: T = 4 0.163 vs
-///   0.199, T = 8 0.347 vs 0.294 → GGUF blocks decode up to 4;
-/// * bf16: T = 1 0.095 vs 0.099, T = 2 0.157 vs 0.125 → dense weights decode
-///   at 1 token only (crossover_low_*.json: affine4, q4_k, q8_0 decode still
-///   win at T = 1..3).
-pub fn decode_max_tokens(expert_format: WeightFormat) -> usize {
+/// qwen3-30b-a3b, CUDA-graph medians, `moekit bench --path decode|tc`).
+///
+/// With 16-bit activations the decode path runs its expert matrices on
+/// tensor cores (2026-11-24, bench/results/h100/decode/2026-11-24.md),
+/// decode vs tensor-core path at T = 16: affine4-g64 0.195 vs 0.318 ms,
+/// q4_k 0.208 vs 0.317, q4_0 0.282 vs 0.330, q8_0 0.396 vs 0.409, bf16
+/// 0.350 vs 0.381 → decode up to 16 tokens for every format.
+///
+/// With f32 activations it keeps its CUDA-core kernels, whose crossover
+/// was (bench/results/h100/tc/crossover_*.json): affine4-g64 T = 8 0.238 vs
+/// 0.242 ms, T = 16 0.440 vs 0.322 → affine up to 8; q4_k T = 4 0.152 vs
+/// 0.163, T = 8 0.301 vs 0.239 → GGUF up to 4; bf16 T = 2 0.157 vs 0.125 →
+/// dense at 1 token only.
+pub fn decode_max_tokens(expert_format: WeightFormat, activations: DType) -> usize {
+    if matches!(activations, DType::Bf16 | DType::F16) {
+        return 16;
+    }
     match expert_format {
         WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } => 8,
         WeightFormat::Dense(_) => 1,
@@ -54,15 +62,7 @@ pub fn decode_max_tokens(expert_format: WeightFormat) -> usize {
 
 /// Why the decode path refuses `x`, if it does.
 fn decode_refusal(p: &MoeBlockParts, x: &Tensor) -> Option<String> {
-    if crate::cuda::ops::decode::supports(p, x) {
-        return None;
-    }
-    Some(format!(
-        "needs x on CUDA with 1..={} tokens (got {:?} on {}) and one format for every expert weight",
-        crate::cuda::ops::decode::MAX_TOKENS,
-        x.shape(),
-        x.device()
-    ))
+    crate::cuda::ops::decode::supports(p, x).err()
 }
 
 /// Chooses the path for `parts` on `x` with `backend`; `forced` other than
@@ -108,7 +108,9 @@ pub fn plan(parts: &MoeBlockParts, backend: Backend, x: &Tensor, forced: MoePath
             MoePath::TensorCore
         }
         MoePath::Auto => match (&decode, &tc) {
-            (None, None) if t <= decode_max_tokens(parts.down.format()) => MoePath::Decode,
+            (None, None) if t <= decode_max_tokens(parts.down.format(), x.dtype()) => {
+                MoePath::Decode
+            }
             (_, None) => MoePath::TensorCore,
             (None, Some(_)) => MoePath::Decode,
             (Some(_), Some(_)) => MoePath::General,

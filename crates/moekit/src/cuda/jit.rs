@@ -44,6 +44,9 @@ pub static HEADERS: &[Source] = &[
     header!("dequant.cuh"),
     header!("pipe.cuh"),
     header!("tc_decode.cuh"),
+    header!("mma.cuh"),
+    header!("decode_mma.cuh"),
+    header!("decode_f32.cuh"),
     header!("wgmma.cuh"),
     header!("route.cuh"),
 ];

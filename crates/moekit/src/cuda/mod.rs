@@ -59,7 +59,12 @@ pub struct CudaDevice {
     name: String,
     jit: jit::Jit,
     err: CudaSlice<u32>,
+    tickets: CudaSlice<u32>,
 }
+
+/// Ticket counters the decode path's down kernel keeps per 16-row output
+/// tile (so H ≤ 16 · TILE_TICKETS there).
+pub(crate) const TILE_TICKETS: usize = 4096;
 
 /// Bits of the device error word (kernels/common.cuh: `ErrorBits`).
 const ERROR_BITS: [(u32, &str); 4] = [
@@ -111,8 +116,12 @@ impl CudaDevice {
         let err = stream
             .alloc_zeros::<u32>(2)
             .map_err(cuda_err("alloc error word"))?;
+        let tickets = stream
+            .alloc_zeros::<u32>(TILE_TICKETS)
+            .map_err(cuda_err("alloc tile tickets"))?;
         Ok(CudaDevice {
             err,
+            tickets,
             ordinal,
             ctx,
             stream,
@@ -170,6 +179,13 @@ impl CudaDevice {
     /// stream keeps calls from overlapping).
     pub(crate) fn ticket_word(&self) -> u64 {
         self.error_word() + 4
+    }
+
+    /// Device address of [`TILE_TICKETS`] zeroed words, per-tile tickets of
+    /// the decode path (its kernels leave them zero again).
+    pub(crate) fn tile_tickets(&self) -> u64 {
+        let (p, _g) = self.tickets.device_ptr(&self.stream);
+        p
     }
 
     /// Waits for the stream, then returns (and clears) any argument error a

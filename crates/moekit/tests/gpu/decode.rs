@@ -52,6 +52,12 @@ struct Shape {
 }
 
 fn block(f: WeightFormat, s: &Shape, kind: RouterKind) -> MoeBlock {
+    mixed_block(f, f, s, kind)
+}
+
+/// A block whose gate/up matrices (routed and shared) are of format `f` and
+/// down matrices of `fd` (a GGUF `_M` mix: Q4_K gate/up, Q6_K down).
+fn mixed_block(f: WeightFormat, fd: WeightFormat, s: &Shape, kind: RouterKind) -> MoeBlock {
     let rw = |fmt, n, r, c, seed| random_weights(fmt, n, r, c, DType::Bf16, seed, &|| {}).unwrap();
     let gu = |n, i, seed| {
         if s.fused {
@@ -69,10 +75,10 @@ fn block(f: WeightFormat, s: &Shape, kind: RouterKind) -> MoeBlock {
         },
         router_weight: rw(router, 1, s.e, s.h, 1),
         gate_up: gu(s.e, s.i, 2),
-        down: rw(f, s.e, s.h, s.i, 4),
+        down: rw(fd, s.e, s.h, s.i, 4),
         shared: (s.si > 0).then(|| SharedExpert {
             gate_up: gu(1, s.si, 5),
-            down: rw(f, 1, s.h, s.si, 7),
+            down: rw(fd, 1, s.h, s.si, 7),
             gate: s.gated.then(|| rw(router, 1, 1, s.h, 8)),
         }),
     })
@@ -153,6 +159,56 @@ fn decode_matches_cpu_for_every_rule_and_layout() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn decode_keeps_mixed_format_layers() {
+    // Gate/up in one format and down in another stay on the decode path
+    // with 16-bit activations (the tensor-core kernels take each side's
+    // format); with f32 activations the CUDA-core kernels refuse them.
+    let s = Shape {
+        e: 32,
+        k: 4,
+        h: 512,
+        i: 256,
+        si: 256,
+        fused: true,
+        gated: true,
+    };
+    for (g, d) in [
+        ("q4_k", "q6_k"),
+        ("q4_k", "q8_0"),
+        ("affine4", "affine8"),
+        ("q3_k", "q5_k"),
+    ] {
+        let (fg, fd) = (
+            WeightFormat::parse(g).unwrap(),
+            WeightFormat::parse(d).unwrap(),
+        );
+        let cpu = mixed_block(
+            fg,
+            fd,
+            &s,
+            RouterKind::SoftmaxTopK {
+                norm_topk_prob: true,
+            },
+        );
+        let dev = cpu.to_device(gpu()).unwrap();
+        for t in [1, 5, 16, 40] {
+            for dt in [DType::Bf16, DType::F16] {
+                let x = random(&[t, s.h], dt, t as u64 + 3);
+                let want = cpu_forward(&cpu, &x);
+                let e = nmse(&run(&dev, MoePath::Decode, &x), &want);
+                assert!(e <= 1e-3, "{g}+{d} T={t} {dt}: NMSE {e:e}");
+            }
+        }
+        let x = random(&[2, s.h], DType::F32, 1).to_device(gpu()).unwrap();
+        let err = dev
+            .forward_with(Backend::Cuda, MoePath::Decode, &x)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("differ in format"), "{g}+{d}: {err}");
     }
 }
 

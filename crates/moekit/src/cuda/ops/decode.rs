@@ -3,7 +3,8 @@
 //! weighted combine — with no host synchronization (capturable in a graph).
 //!
 //! [`supports`] says when it applies (the block picks it in
-//! `crate::plan`); [`forward`] runs it.
+//! `crate::plan`); [`forward`] runs it. Which expert kernels a call runs
+//! (tensor cores or CUDA cores) is chosen in one place, [`experts_for`].
 
 use super::gather_mm::{all_format_types, format_type, group_shift, weight_src};
 use super::route::rule_params;
@@ -26,9 +27,34 @@ static SRC: Source = Source {
 pub const MAX_TOKENS: usize = 64;
 /// Warps per block of `decode_gate_up` and `decode_down` (`DEC_WARPS`).
 const WARPS: usize = 8;
-/// Warps per `decode_route` block (`ROUTE_WARPS`): its last block routes a
-/// token per warp.
-const ROUTE_WARPS: usize = 32;
+/// Warps per `decode_route` block (`ROUTE_WARPS`): a router row each, and
+/// in the last block a token each.
+const ROUTE_WARPS: usize = 8;
+/// Router rows per `decode_route` block (`ROUTE_ROWS`: 4 warps a row).
+const ROUTE_ROWS: usize = 2;
+/// Warps per block of the tensor-core expert kernels (`MMA_WARPS`).
+const MMA_WARPS: usize = 8;
+/// Weight rows per warp of the tensor-core expert kernels (`MMA_TILE`).
+const MMA_TILE: usize = 16;
+/// Columns of one span of the tensor-core kernels (`MMA_SPAN`).
+const MMA_SPAN: usize = 128;
+
+/// Warps of a tensor-core expert block that split K (`gu_split`,
+/// `down_split`): enough that each walks about 4 spans (so a warp's loads
+/// are few round trips and the GPU has many warps streaming), at most all 8
+/// of them. A function of K alone, so the order of the sums never depends
+/// on the batch.
+fn mma_split(k: usize) -> usize {
+    k.div_ceil(MMA_SPAN)
+        .div_ceil(4)
+        .next_power_of_two()
+        .clamp(1, MMA_WARPS)
+}
+
+/// Rows per tensor-core expert block for K (16 per row tile, 8 / split tiles).
+fn mma_rows(k: usize) -> usize {
+    MMA_TILE * (MMA_WARPS / mma_split(k))
+}
 /// Tiles in flight per `decode_down` block (2 · `DOWN_BATCH`).
 const DOWN_RING: usize = 16;
 /// Tokens whose x rows a `decode_gate_up` block stages at a time (`GU_TG`).
@@ -64,6 +90,8 @@ struct DecodeParams {
     act: u64,
     rvec: u64,
     err: u64,
+    y: u64,
+    tile_tickets: u64,
     router: DecodeW,
     sgate: DecodeW,
     gate_w: DecodeW,
@@ -87,9 +115,11 @@ struct DecodeParams {
     gu_rows: u32,
     down_rows: u32,
     down_room: u32,
+    gu_split: u32,
+    down_split: u32,
     pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<DecodeParams>() == 496);
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 520);
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
 
@@ -176,17 +206,75 @@ fn tiles(gate: (usize, usize), down: (usize, usize)) -> Tiles {
     }
 }
 
-/// One call's launch plan: tile sizes, routing warps of the last route
-/// block, and the dynamic shared memory of the three kernels.
+/// The expert kernels of a call (steps 2 and 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Experts {
+    /// `decode_gate_up_mma` / `decode_down_mma`: tensor cores, weights
+    /// decoded into MMA fragments; gate/up and down may differ in format.
+    Mma,
+    /// `decode_gate_up` / `decode_down`: CUDA cores, f32 arithmetic.
+    Cores,
+}
+
+/// The weight formats of a block's expert matrices: (gate/up, down), each
+/// `None` when the routed and shared matrices of that side differ.
+fn expert_formats(p: &MoeBlockParts) -> (Option<String>, Option<String>) {
+    let one = |ws: &[&QuantWeights]| -> Option<String> {
+        let f = ftype(ws.first()?).ok()?;
+        ws.iter()
+            .all(|w| ftype(w).ok().as_ref() == Some(&f))
+            .then_some(f)
+    };
+    let mut gu: Vec<&QuantWeights> = p.gate_up.sources().iter().map(|x| x.0).collect();
+    let mut dn = vec![&p.down];
+    if let Some(s) = &p.shared {
+        gu.extend(s.gate_up.sources().iter().map(|x| x.0));
+        dn.push(&s.down);
+    }
+    (one(&gu), one(&dn))
+}
+
+/// Which expert kernels run `p` on `dtype` activations — the one place the
+/// choice is made — or why none can. Tensor cores where the activations
+/// are 16-bit, no expert matrix holds f32 weights (the MMA would round them
+/// to 16 bits), every K and row count is a multiple of 32 (whole slices)
+/// and the down tiles fit the device's tile tickets; CUDA cores for the
+/// rest, which need every expert matrix in one format.
+fn experts_for(p: &MoeBlockParts, dtype: DType) -> std::result::Result<Experts, &'static str> {
+    let (gu, dn) = expert_formats(p);
+    let (Some(gu), Some(dn)) = (gu, dn) else {
+        return Err("routed and shared expert matrices of one side differ in format");
+    };
+    let f32_weights = |f: &str| f == "moekit::FmtDense<float>";
+    let i = p.gate_up.intermediate();
+    let si = p.shared.as_ref().map_or(0, |s| s.gate_up.intermediate());
+    let mma = matches!(dtype, DType::Bf16 | DType::F16)
+        && !f32_weights(&gu)
+        && !f32_weights(&dn)
+        && [p.hidden(), i, si].iter().all(|d| d % 32 == 0)
+        && p.hidden().div_ceil(mma_rows(i.max(si))) <= crate::cuda::TILE_TICKETS;
+    if mma {
+        Ok(Experts::Mma)
+    } else if gu == dn {
+        Ok(Experts::Cores)
+    } else {
+        Err("gate/up and down differ in format, which only the tensor-core kernels take")
+    }
+}
+
+/// One call's launch plan: expert kernels, tile sizes, routing warps of
+/// the last route block, and the dynamic shared memory of the three kernels.
 struct Plan {
+    experts: Experts,
     tiles: Tiles,
     route_warps: usize,
     smem: [usize; 3],
 }
 
-/// The plan for `block` at `t` tokens (k slots each, E experts); `None`
-/// where the decode kernels cannot hold it.
-fn plan(p: &MoeBlockParts, t: usize) -> Option<Plan> {
+/// The plan for `block` at `t` tokens of `dtype` (k slots each, E experts),
+/// or why the decode kernels cannot hold it.
+fn plan(p: &MoeBlockParts, t: usize, dtype: DType) -> std::result::Result<Plan, String> {
+    let experts = experts_for(p, dtype)?;
     let (e, k) = (p.router.n_experts, p.router.top_k);
     let [(g, _), _] = p.gate_up.sources();
     let (mut gate, mut down) = (row_sizes(g), row_sizes(&p.down));
@@ -200,16 +288,28 @@ fn plan(p: &MoeBlockParts, t: usize) -> Option<Plan> {
     // Routing warps of the last route block: 3·E floats each.
     let route_warps = (48 * 1024 / (12 * e.max(1))).min(ROUTE_WARPS);
     let route = (route_warps * 3 * e).max(e + 1) * 4 + t * k * 4;
-    // Tiles, GU_TG staged x rows (padded to 32) and their sums per 16 or more.
-    let hp = p.hidden().div_ceil(32) * 32;
-    let gu = 2 * tile_room(tl.gu_rows, gate) + GU_TG * (hp + hp / 16) * 4;
-    let slots = t * k + t;
-    let max_active = (t * k).min(e);
-    let dn =
-        DOWN_RING * tl.down_room + slots * tl.down_rows * 4 + (3 * (max_active + 1) + t * k) * 4;
-    let smem = [route, gu, dn];
-    let ok = route_warps > 0 && smem.iter().all(|&b| b <= SMEM_LIMIT);
-    ok.then_some(Plan {
+    let smem = match experts {
+        // The tensor-core kernels' shared memory is static.
+        Experts::Mma => [route, 0, 0],
+        Experts::Cores => {
+            // Tiles, GU_TG staged x rows (padded to 32) and their sums per 16 or more.
+            let hp = p.hidden().div_ceil(32) * 32;
+            let gu = 2 * tile_room(tl.gu_rows, gate) + GU_TG * (hp + hp / 16) * 4;
+            let slots = t * k + t;
+            let max_active = (t * k).min(e);
+            let dn = DOWN_RING * tl.down_room
+                + slots * tl.down_rows * 4
+                + (3 * (max_active + 1) + t * k) * 4;
+            [route, gu, dn]
+        }
+    };
+    if route_warps == 0 || smem.iter().any(|&b| b > SMEM_LIMIT) {
+        return Err(format!(
+            "its tiles need {smem:?} bytes of shared memory (at most {SMEM_LIMIT}) at E = {e}"
+        ));
+    }
+    Ok(Plan {
+        experts,
         tiles: tl,
         route_warps,
         smem,
@@ -217,34 +317,29 @@ fn plan(p: &MoeBlockParts, t: usize) -> Option<Plan> {
 }
 
 /// The plan for running `block` on `x` when the decode path applies: a CUDA
-/// tensor of 1 to [`MAX_TOKENS`] rows, every routed and shared expert matrix
-/// in one format, the shared-expert gate (if any) in the router's format,
-/// and tiles that fit the kernels' shared memory.
-fn plan_for(p: &MoeBlockParts, x: &Tensor) -> Option<Plan> {
+/// tensor of 1 to [`MAX_TOKENS`] rows, expert matrices the chosen kernels
+/// take ([`experts_for`]), the shared-expert gate (if any) in the router's
+/// format, and tiles that fit the kernels' shared memory.
+fn plan_for(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<Plan, String> {
     let t = x.shape().first().copied().unwrap_or(0);
     if !matches!(x.device(), crate::Device::Cuda(_)) || x.rank() != 2 || t == 0 || t > MAX_TOKENS {
-        return None;
+        return Err(format!(
+            "needs x on CUDA with 1..={MAX_TOKENS} tokens (got {:?} on {})",
+            x.shape(),
+            x.device()
+        ));
     }
-    let f = ftype(&p.down).ok()?;
-    let mut experts: Vec<&QuantWeights> = p.gate_up.sources().iter().map(|x| x.0).collect();
-    if let Some(s) = &p.shared {
-        experts.extend(s.gate_up.sources().iter().map(|x| x.0));
-        experts.push(&s.down);
-        if let Some(g) = &s.gate {
-            if ftype(g).ok() != ftype(&p.router_weight).ok() {
-                return None;
-            }
+    if let Some(g) = p.shared.as_ref().and_then(|s| s.gate.as_ref()) {
+        if ftype(g).ok() != ftype(&p.router_weight).ok() {
+            return Err("the shared-expert gate differs in format from the router".into());
         }
     }
-    if !experts.iter().all(|w| ftype(w).ok().as_ref() == Some(&f)) {
-        return None;
-    }
-    plan(p, t)
+    plan(p, t, x.dtype())
 }
 
-/// Whether the decode path runs `block` on `x` (see [`plan_for`]).
-pub fn supports(p: &MoeBlockParts, x: &Tensor) -> bool {
-    plan_for(p, x).is_some()
+/// Whether the decode path runs `block` on `x`, or why not (see [`plan_for`]).
+pub fn supports(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<(), String> {
+    plan_for(p, x).map(|_| ())
 }
 
 /// Every instance the decode path can request.
@@ -256,6 +351,11 @@ pub fn instances() -> Vec<(&'static Source, String)> {
             let t = ctype("decode", d).unwrap_or("float");
             for k in ["decode_route", "decode_gate_up", "decode_down"] {
                 v.push((&SRC, format!("moekit::{k}<{ft}, {t}>")));
+            }
+            if matches!(d, DType::Bf16 | DType::F16) && ft != "moekit::FmtDense<float>" {
+                for k in ["decode_gate_up_mma", "decode_down_mma"] {
+                    v.push((&SRC, format!("moekit::{k}<{ft}, {t}>")));
+                }
             }
         }
     }
@@ -279,14 +379,14 @@ fn dw(w: &QuantWeights, row_offset: usize) -> Result<DecodeW> {
 /// call only where [`supports`] holds.
 pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
     const OP: &str = "moe_decode";
-    let Some(plan) = plan_for(p, x) else {
-        return Err(crate::error::invalid(
+    let plan = plan_for(p, x).map_err(|why| {
+        crate::error::invalid(
             OP,
             "block",
             "a block and input the decode path supports",
-            "another",
-        ));
-    };
+            why,
+        )
+    })?;
     let xb = x.cuda_bytes()?;
     let dev = xb.device().clone();
     let (t, h) = (x.shape()[0], x.shape()[1]);
@@ -300,8 +400,14 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
     )?;
     let i = p.gate_up.intermediate();
     let si = p.shared.as_ref().map_or(0, |s| s.gate_up.intermediate());
-    // act rows are lane-major in blocks of 32 chunks (≤ 32 · 32 values).
-    let stride = i.max(si).div_ceil(1024) * 1024;
+    let mma = plan.experts == Experts::Mma;
+    // act rows: T on tensor cores (16-byte aligned rows); f32 on CUDA cores,
+    // lane-major in blocks of 32 chunks (≤ 32 · 32 values).
+    let (stride, act_size) = if mma {
+        (i.max(si).div_ceil(128) * 128, x.dtype().size())
+    } else {
+        (i.max(si).div_ceil(1024) * 1024, 4)
+    };
     let max_active = (t * k).min(e);
     let (tl, smem) = (plan.tiles, plan.smem);
     // decode_down writes every element of `out`.
@@ -321,7 +427,8 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
         4,
         (e + 1) * 4,
         t * k * 4,
-        (t * k + t) * stride * 4,
+        (t * k + t) * stride * act_size,
+        if mma { (t * k + t) * h * 4 } else { 0 },
     ];
     let mut offs = Vec::with_capacity(sizes.len());
     let mut total = 0usize;
@@ -377,6 +484,8 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
         act,
         rvec: vec.as_ref().map_or(0, |v| v.ptr()),
         err: dev.error_word(),
+        y: if mma { at(9) } else { 0 },
+        tile_tickets: dev.tile_tickets(),
         router: dw(&p.router_weight, 0)?,
         sgate,
         gate_w: dw(gw, go)?,
@@ -400,34 +509,67 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
         gu_rows: tl.gu_rows as u32,
         down_rows: tl.down_rows as u32,
         down_room: tl.down_room as u32,
+        gu_split: mma_split(h) as u32,
+        down_split: mma_split(i.max(si)) as u32,
         pad: 0,
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;
-    let f = ftype(&p.down)?;
+    let (fg, fd) = (ftype(gw)?, ftype(&p.down)?);
     let g1 = Geometry {
-        grid: (e as u32 + 1, 1, 1),
+        grid: ((e + 1).div_ceil(ROUTE_ROWS) as u32, 1, 1),
         block: (ROUTE_WARPS as u32 * 32, 1, 1),
         shared: smem[0] as u32,
     };
-    let g2 = Geometry {
-        grid: (
-            i.max(si).div_ceil(tl.gu_rows) as u32,
-            max_active as u32 + 1,
-            1,
-        ),
-        block: (WARPS as u32 * 32, 1, 1),
-        shared: smem[1] as u32,
-    };
-    let g3 = Geometry {
-        grid: (h.div_ceil(tl.down_rows) as u32, 1, 1),
-        block: (WARPS as u32 * 32, 1, 1),
-        shared: smem[2] as u32,
+    let (g2, g3, kgu, kdn) = if mma {
+        let block = (MMA_WARPS as u32 * 32, 1, 1);
+        (
+            Geometry {
+                grid: (
+                    i.max(si).div_ceil(mma_rows(h)) as u32,
+                    max_active as u32 + 1,
+                    1,
+                ),
+                block,
+                shared: 0,
+            },
+            Geometry {
+                grid: (
+                    h.div_ceil(mma_rows(i.max(si))) as u32,
+                    max_active as u32 + 1,
+                    1,
+                ),
+                block,
+                shared: 0,
+            },
+            "decode_gate_up_mma",
+            "decode_down_mma",
+        )
+    } else {
+        (
+            Geometry {
+                grid: (
+                    i.max(si).div_ceil(tl.gu_rows) as u32,
+                    max_active as u32 + 1,
+                    1,
+                ),
+                block: (WARPS as u32 * 32, 1, 1),
+                shared: smem[1] as u32,
+            },
+            Geometry {
+                grid: (h.div_ceil(tl.down_rows) as u32, 1, 1),
+                block: (WARPS as u32 * 32, 1, 1),
+                shared: smem[2] as u32,
+            },
+            "decode_gate_up",
+            "decode_down",
+        )
     };
     // SAFETY (all three): every pointer above is a live device allocation of
     // the shape the kernel indexes for these (T, H, E, k, I, Is): x/out [T,H],
     // logits [T,E+1], ids/weights [T,k], gate [T], active [E], offsets [E+1],
-    // slots [T·k], act [T·k+T, stride]; weights were validated by QuantWeights
+    // slots [T·k], act [T·k+T, stride], y [T·k+T, H] (tensor cores), tile
+    // tickets ⌈H/16⌉ ≤ TILE_TICKETS words (experts_for checks); weights were validated by QuantWeights
     // and weight_src (16-byte aligned). Expert ids are produced by the route
     // step itself (< E); the grids depend on shapes only.
     unsafe {
@@ -442,18 +584,18 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
         launch(
             &dev,
             &SRC,
-            &format!("moekit::decode_gate_up<{f}, {tn}>"),
+            &format!("moekit::{kgu}<{fg}, {tn}>"),
             g2,
             params,
-            "decode_gate_up",
+            kgu,
         )?;
         launch(
             &dev,
             &SRC,
-            &format!("moekit::decode_down<{f}, {tn}>"),
+            &format!("moekit::{kdn}<{fd}, {tn}>"),
             g3,
             params,
-            "decode_down",
+            kdn,
         )?;
     }
     // The routing, as tensors viewing the scratch (kept alive by reference count).
@@ -492,6 +634,24 @@ mod tests {
             assert!(t.down_rows == 1 || DOWN_RING * tile_room(t.down_rows, dn) <= DOWN_BUDGET);
             assert_eq!(t.down_room, tile_room(t.down_rows, dn));
             assert_eq!(t.down_room % 16, 0);
+        }
+    }
+
+    #[test]
+    fn mma_split_gives_each_warp_about_four_spans() {
+        // qwen3-30b-a3b: gate/up K = 2048 (16 spans), down K = 768 (6).
+        assert_eq!((mma_split(2048), mma_rows(2048)), (4, 32));
+        assert_eq!((mma_split(768), mma_rows(768)), (2, 64));
+        // Mixtral: K = 4096 and 14336 (112 spans: all 8 warps, 14 each).
+        assert_eq!(mma_split(4096), 8);
+        assert_eq!(mma_split(14336), 8);
+        assert_eq!((mma_split(32), mma_rows(32)), (1, 128));
+        for k in (32..20000).step_by(32) {
+            let s = mma_split(k);
+            assert!(
+                s.is_power_of_two() && s <= MMA_WARPS && MMA_WARPS % s == 0,
+                "K={k}"
+            );
         }
     }
 

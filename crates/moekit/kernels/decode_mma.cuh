@@ -1,0 +1,161 @@
+// moekit/decode_mma.cuh — tensor-core dot products for the decode path
+// (decode.cu): a warp multiplies a 16-row weight tile by up to 8·NT tokens
+// with mma.sync m16n8k16, the weights decoded from global memory straight
+// into A fragments by the tensor-core GEMM's tile decoders (tc_decode.cuh),
+// with no shared-memory round trip.
+//
+// K is walked in spans of 128 columns. In a span, lane (g, c) = (lane / 4,
+// lane % 4) owns the 32 columns 32c .. 32c + 31 of weight rows g and g + 8
+// (one decoder slice each) and of token g's activation row. The MMA's
+// logical k is mapped onto these physical columns — MMA j of the span (8 per
+// span) takes columns 32c + 4j .. 32c + 4j + 3 from lane c — for A and B
+// alike, so the products are those of the plain dot product, summed in a
+// fixed order that depends on K only (deterministic, batch invariant).
+// Every load of a span is a 16-byte load of 32 consecutive weights (or 8
+// activations), and 4 lanes read a row's 128 consecutive columns.
+#pragma once
+#include "moekit/tc_decode.cuh"
+#include "moekit/mma.cuh"
+
+namespace moekit {
+
+constexpr u32 MMA_SPAN = 128;  // columns of one span
+
+// Weights already of the activation type: the slice's 64 bytes are its units.
+template <typename T>
+struct DecSame {
+  uint4 v[4];
+  __device__ __forceinline__ void load(const TcSlice& s) {
+    const uint4* p = reinterpret_cast<const uint4*>(s.data + 2 * s.col);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = s.cols != 0 ? __ldg(p + u) : make_uint4(0, 0, 0, 0);
+  }
+  __device__ __forceinline__ uint4 unit(int u) const { return v[u]; }
+};
+
+// The decode path's decoder of F for activations T.
+template <typename F, typename T> struct DecOf { typedef typename TcDecOf<F, T>::type type; };
+template <typename T> struct DecOf<FmtDense<T>, T> { typedef DecSame<T> type; };
+
+// The slice of row r at column kc (a multiple of 32) read from global
+// memory; `valid` false (or kc ≥ K) gives a slice of no columns, which every
+// decoder turns into zeros — reading, if at all, only inside the row's first
+// unit (kc is clamped to 0).
+template <typename F>
+__device__ __forceinline__ TcSlice global_slice(const QRow& r, u32 kc, bool valid) {
+  const bool ok = valid && kc < r.k;
+  if (!ok) kc = 0;
+  TcSlice s;
+  if constexpr (F::UNIT_W > 32) {
+    // K-quant super-blocks: the decoders address within one block.
+    s.data = r.data + (kc / F::UNIT_W) * F::UNIT_BYTES;
+    s.col = kc % F::UNIT_W;
+    s.kr = F::UNIT_W;
+  } else {
+    s.data = r.data;
+    s.col = kc;
+    s.kr = r.k;
+  }
+  s.scales = r.scales;
+  s.biases = r.biases;
+  s.cols = ok ? 32u : 0u;
+  s.group_shift = r.group_shift;
+  s.lo = false;
+  return s;
+}
+
+// Token g's 32 activations at kc as 16 T pairs (zeros for a missing token
+// or kc ≥ k); rows are 16-byte aligned (K a multiple of 8).
+template <typename T>
+__device__ __forceinline__ void load_x32(const T* row, u32 kc, u32 k, uint4 (&v)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) v[q] = make_uint4(0, 0, 0, 0);
+  if (row != nullptr && kc < k) {
+    const uint4* p = reinterpret_cast<const uint4*>(row + kc);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) v[q] = __ldg(p + q);
+  }
+}
+
+// Whether a warp holds the next span's loads while it computes this one
+// (the next span's weights and activations in flight during the MMAs):
+// where two spans' decoders and activations fit in about 80 registers.
+template <typename F, typename T, int MATS, int NT>
+struct Prefetch {
+  static constexpr bool value = 2 * (MATS * 2 * sizeof(typename DecOf<F, T>::type) + NT * 64) <= 320;
+};
+
+// One span's loads: the decoders of rows g and g + 8 of every matrix at the
+// lane's 32 columns, and its tokens' activations there (kc ≥ K or a span
+// past n_spans: zeros, reading only inside the rows).
+template <typename F, typename T, int MATS, int NT>
+struct SpanLoads {
+  typename DecOf<F, T>::type d[MATS][2];
+  uint4 xv[NT][4];
+  __device__ __forceinline__ void load(const QRow (&rows)[MATS][2], const T* const (&x)[NT], u32 s, u32 n_spans) {
+    const u32 kc = s * MMA_SPAN + 32u * (threadIdx.x & 3u);
+    const bool ok = s < n_spans;
+#pragma unroll
+    for (int m = 0; m < MATS; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) d[m][h].load(global_slice<F>(rows[m][h], kc, ok));
+#pragma unroll
+    for (int n = 0; n < NT; ++n) load_x32<T>(ok ? x[n] : nullptr, kc, rows[0][0].k, xv[n]);
+  }
+  // acc[m][n] += the span's products: per unit u, MMAs 2u and 2u + 1 take
+  // columns 8u .. 8u + 3 and 8u + 4 .. 8u + 7 of each lane's 32 (pairs x, y
+  // and z, w of the unit).
+  __device__ __forceinline__ void mma(float (&acc)[MATS][NT][4]) const {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      uint4 a[MATS][2];
+#pragma unroll
+      for (int m = 0; m < MATS; ++m) {
+        a[m][0] = d[m][0].unit(u);
+        a[m][1] = d[m][1].unit(u);
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+#pragma unroll
+        for (int m = 0; m < MATS; ++m) {
+          const u32 fa[4] = {half ? a[m][0].z : a[m][0].x, half ? a[m][1].z : a[m][1].x,
+                             half ? a[m][0].w : a[m][0].y, half ? a[m][1].w : a[m][1].y};
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            const uint4& b = xv[n][u];
+            Mma<T>::run(acc[m][n], fa, half ? b.z : b.x, half ? b.w : b.y);
+          }
+        }
+      }
+    }
+  }
+};
+
+// acc[m][n] += rows[m] (a 16-row tile: this lane's rows g and g + 8) ×
+// tokens x[n] (this lane's token g of n-tile n) over the spans s0, s0 + step,
+// … below n_spans, in that order.
+template <typename F, typename T, int MATS, int NT>
+__device__ __forceinline__ void mma_spans(const QRow (&rows)[MATS][2], const T* const (&x)[NT], u32 s0, u32 step,
+                                          u32 n_spans, float (&acc)[MATS][NT][4]) {
+  typedef SpanLoads<F, T, MATS, NT> L;
+  if constexpr (Prefetch<F, T, MATS, NT>::value) {
+    if (s0 >= n_spans) return;
+    L cur, nxt;
+    cur.load(rows, x, s0, n_spans);
+    for (u32 s = s0; s < n_spans; s += 2 * step) {
+      nxt.load(rows, x, s + step, n_spans);  // in flight during cur's MMAs
+      cur.mma(acc);
+      if (s + step >= n_spans) break;
+      cur.load(rows, x, s + 2 * step, n_spans);
+      nxt.mma(acc);
+    }
+  } else {
+    for (u32 s = s0; s < n_spans; s += step) {
+      L cur;
+      cur.load(rows, x, s, n_spans);
+      cur.mma(acc);
+    }
+  }
+}
+
+}  // namespace moekit
