@@ -59,7 +59,10 @@ impl<const BITS: usize, const GS: usize, S: Widen> RowKernel for AffineRow<BITS,
         }
         let (scales, biases) = (S::scale_row(scales)?, S::scale_row(biases)?);
         if 8 % BITS == 0 {
-            return V::enter(|| bytes_row::<BITS, GS, S, V>(words, scales, biases, x, xs));
+            return V::enter(
+                #[inline(always)]
+                || bytes_row::<BITS, GS, S, V>(words, scales, biases, x, xs),
+            );
         }
         dot_row::<BITS, GS, S, V>(Row {
             words,
@@ -123,7 +126,10 @@ fn codes<const BITS: usize>(w: &[u32; BITS]) -> [f32; L] {
 /// in [`Simd::enter`]).
 #[inline(always)]
 fn dot_row<const BITS: usize, const GS: usize, S: Widen, V: Simd>(r: Row<'_, S>) -> Option<f32> {
-    V::enter(|| row_dot::<BITS, GS, S, V>(r))
+    V::enter(
+        #[inline(always)]
+        || row_dot::<BITS, GS, S, V>(r),
+    )
 }
 
 /// [`dot_row`]'s body.
@@ -138,8 +144,10 @@ fn row_dot<const BITS: usize, const GS: usize, S: Widen, V: Simd>(r: Row<'_, S>)
     if !ok {
         return None;
     }
-    let (acc, off) =
-        V::enter(|| groups_dot::<BITS, GS, S, V>(r.words, r.x, r.scales, r.biases, xsum));
+    let (acc, off) = V::enter(
+        #[inline(always)]
+        || groups_dot::<BITS, GS, S, V>(r.words, r.x, r.scales, r.biases, xsum),
+    );
     Some(lanes_sum(acc) + off)
 }
 
@@ -252,12 +260,6 @@ fn bytes_row<const BITS: usize, const GS: usize, S: Widen, V: Simd>(
     // are summed in one chain and scaled once (the kernel is bound by the
     // two vector pipes that multiply and convert).
     let mut acc = [V::F8::zero(); 2];
-    let mut step = |g: usize, gb: &[u8], gx: &[f32], s: f32| {
-        let p = group_products::<BITS, V>(gb, gx);
-        if let Some(a) = acc.get_mut(g & 1) {
-            *a = V::F8::splat(s).fma(p, *a);
-        }
-    };
     // Runs of 8 groups widen their scales with one F16C conversion; the
     // remaining groups widen their own.
     let runs = bytes
@@ -270,7 +272,7 @@ fn bytes_row<const BITS: usize, const GS: usize, S: Widen, V: Simd>(
         S::widen_into::<V>(s8, &mut sf);
         let groups = b8.chunks_exact(bpg).zip(x8.chunks_exact(GS)).zip(sf);
         for (g, ((gb, gx), s)) in groups.enumerate() {
-            step(g, gb, gx, s);
+            group_step::<BITS, V>(&mut acc, g, gb, gx, s);
         }
     }
     let rest = bytes
@@ -279,9 +281,26 @@ fn bytes_row<const BITS: usize, const GS: usize, S: Widen, V: Simd>(
         .zip(scales)
         .skip(done);
     for (g, ((gb, gx), s)) in rest.enumerate() {
-        step(g, gb, gx, s.widen());
+        group_step::<BITS, V>(&mut acc, g, gb, gx, s.widen());
     }
     Some(acc[0].add(acc[1]).sum() + bias_dot::<S, V>(biases, xsum))
+}
+
+/// `acc[g % 2] += s·Σ q·x` over group `g`. (A function, not a closure: a
+/// closure called twice was not inlined, and out of [`Simd::enter`] its
+/// intrinsics became calls.)
+#[inline(always)]
+fn group_step<const BITS: usize, V: Simd>(
+    acc: &mut [V::F8; 2],
+    g: usize,
+    gb: &[u8],
+    gx: &[f32],
+    s: f32,
+) {
+    let p = group_products::<BITS, V>(gb, gx);
+    if let Some(a) = acc.get_mut(g & 1) {
+        *a = V::F8::splat(s).fma(p, *a);
+    }
 }
 
 /// `Σ q·x` over one group, by lane: in one chain for groups of 32, else

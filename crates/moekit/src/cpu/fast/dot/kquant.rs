@@ -81,7 +81,10 @@ pub(super) fn dot_blocks<B: SuperBlock, V: Simd>(
     x: &[f32],
     xs: &XSums,
 ) -> Option<f32> {
-    V::enter(|| blocks_dot::<B, V>(bytes, x, xs))
+    V::enter(
+        #[inline(always)]
+        || blocks_dot::<B, V>(bytes, x, xs),
+    )
 }
 
 /// [`dot_blocks`]' body.

@@ -39,7 +39,10 @@ pub(super) trait Block32: Pod {
 /// or the lengths disagree. Runs out of line, in [`Simd::enter`].
 #[inline(always)]
 pub(super) fn dot_blocks<B: Block32, V: Simd>(bytes: &[u8], x: &[f32], xs: &XSums) -> Option<f32> {
-    V::enter(|| blocks_dot::<B, V>(bytes, x, xs))
+    V::enter(
+        #[inline(always)]
+        || blocks_dot::<B, V>(bytes, x, xs),
+    )
 }
 
 /// [`dot_blocks`]' body.

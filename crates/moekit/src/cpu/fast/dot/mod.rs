@@ -328,19 +328,22 @@ fn run<K: RowKernel, V: Simd>(
     scratch: &mut [f32],
     out: &mut [f32],
 ) -> Result<()> {
-    V::enter(move || {
-        for (n, o) in (n0..).zip(out.iter_mut()) {
-            let raw = dec.raw_row(e, n)?;
-            *o = match K::dot::<V>(&raw, x, xs) {
-                Some(v) => v,
-                None => {
-                    dec.decode(e, n, scratch)?;
-                    dot(scratch, x)
-                }
-            };
-        }
-        Ok(())
-    })
+    V::enter(
+        #[inline(always)]
+        move || {
+            for (n, o) in (n0..).zip(out.iter_mut()) {
+                let raw = dec.raw_row(e, n)?;
+                *o = match K::dot::<V>(&raw, x, xs) {
+                    Some(v) => v,
+                    None => {
+                        dec.decode(e, n, scratch)?;
+                        dot(scratch, x)
+                    }
+                };
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Formats without a fused kernel: decode each row, then dot.
@@ -389,7 +392,10 @@ impl<T: Widen> RowKernel for Dense<T> {
     #[inline(always)]
     fn dot<V: Simd>(raw: &RawRow<'_>, x: &[f32], _: &XSums) -> Option<f32> {
         let w = T::dense_row(*raw)?;
-        V::enter(|| dense::<T, V>(w, x))
+        V::enter(
+            #[inline(always)]
+            || dense::<T, V>(w, x),
+        )
     }
 }
 

@@ -99,7 +99,10 @@ pub(super) trait Simd: Copy + 'static {
     /// Runs `f` in a function compiled for this level (with its target
     /// features), kept out of line: the kernels' out-of-line bodies, so that
     /// the `#[inline(always)]` operations they call inline into code that
-    /// may use the level's instructions.
+    /// may use the level's instructions. Pass `#[inline(always)]` closures,
+    /// and write helpers the body calls more than once as `#[inline(always)]`
+    /// functions, not closures: a closure LLVM leaves out of line is compiled
+    /// without the features, and its intrinsics become calls (40× slower).
     fn enter<R>(f: impl FnOnce() -> R) -> R;
 }
 
