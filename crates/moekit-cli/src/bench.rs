@@ -83,6 +83,8 @@ struct Report {
     device: String,
     dtype: String,
     threads: usize,
+    /// CPU only: the vector-kernel level picked at run time (`avx2`, `portable`).
+    cpu_simd_level: Option<String>,
     read_bw_gb_per_s: f64,
     /// CUDA only, for context: cuBLAS dense bf16 GEMM rate (n = 8192, f32
     /// accumulation) measured in the same run; null on CPU or if it could not be measured.
@@ -261,11 +263,14 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
             .ok()
     });
     let gemm_note = gemm_tflops.map_or(String::new(), |r| format!(", bf16 GEMM {r:.1} TFLOP/s"));
-    let dev_name = cuda
-        .as_ref()
-        .map_or(format!("{device} ({threads} threads)"), |d| {
-            format!("{device} ({})", d.name())
-        });
+    let cpu_level = cuda.is_none().then(|| moekit::cpu::simd_level().name());
+    let dev_name = cuda.as_ref().map_or(
+        format!(
+            "{device} ({threads} threads, {} kernels)",
+            moekit::cpu::simd_level()
+        ),
+        |d| format!("{device} ({})", d.name()),
+    );
     println!(
         "preset {} (E={} k={} H={} I={}), device {dev_name}, activations {dtype}, read bandwidth {bw:.1} GB/s{gemm_note}",
         preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
@@ -425,6 +430,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
             device: dev_name.clone(),
             dtype: dtype.to_string(),
             threads,
+            cpu_simd_level: cpu_level.map(str::to_string),
             read_bw_gb_per_s: bw,
             bf16_gemm_tflops: gemm_tflops,
             cases,

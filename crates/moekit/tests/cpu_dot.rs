@@ -10,7 +10,8 @@
 
 mod common_util;
 use common_util::{nmse, rng};
-use moekit::cpu::fast::dot::{dot_row, dot_rows, XSums};
+use moekit::cpu::fast::dot::{dot_row, dot_rows, dot_rows_at, XSums};
+use moekit::cpu::{simd_level, SimdLevel};
 use moekit::format::random::random_weights;
 use moekit::{DType, QuantWeights, WeightFormat};
 use rand::Rng;
@@ -38,8 +39,9 @@ fn has_fused_kernel(f: WeightFormat) -> bool {
     !matches!(f, WeightFormat::AffineU8 { .. })
 }
 
-/// NMSE of the fused dots of every row of random `[2, 24, k]` weights.
-fn check(f: WeightFormat, sdt: DType, k: usize, seed: u64) -> f64 {
+/// NMSE of the fused dots of every row of random `[2, 24, k]` weights, at
+/// the process's level (`None`) or the given one.
+fn check(f: WeightFormat, sdt: DType, k: usize, seed: u64, level: Option<SimdLevel>) -> f64 {
     let (e, n) = (2, 24);
     let w = random_weights(f, e, n, k, sdt, seed, &|| {}).unwrap();
     let dec = w.decoder().unwrap();
@@ -64,13 +66,19 @@ fn check(f: WeightFormat, sdt: DType, k: usize, seed: u64) -> f64 {
             } else {
                 &mut full
             };
-            let v = dot_row(&dec, ex, i, &x, &xs, scratch)
-                .unwrap_or_else(|err| panic!("{f} ({sdt}) K={k}: no fused kernel? {err}"));
-            got.push(v);
+            let v = match level {
+                None => dot_row(&dec, ex, i, &x, &xs, scratch),
+                Some(l) => {
+                    let mut o = [0f32];
+                    dot_rows_at(l, &dec, ex, i, &x, &xs, scratch, &mut o).map(|()| o[0])
+                }
+            };
+            got.push(v.unwrap_or_else(|err| panic!("{f} ({sdt}) K={k}: no fused kernel? {err}")));
         }
         // The run form gives the same values (same kernel, same order).
         let mut run = vec![0f32; n - 3];
-        dot_rows(&dec, ex, 3, &x, &xs, &mut full, &mut run).unwrap();
+        let l = level.unwrap_or_else(simd_level);
+        dot_rows_at(l, &dec, ex, 3, &x, &xs, &mut full, &mut run).unwrap();
         assert_eq!(
             run,
             got[ex * n + 3..(ex + 1) * n],
@@ -80,22 +88,88 @@ fn check(f: WeightFormat, sdt: DType, k: usize, seed: u64) -> f64 {
     let err = nmse(&got, &want);
     assert!(
         err <= NMSE_FUSED_VS_F64,
-        "{f} ({sdt} scales) K={k}: NMSE {err:e} > {NMSE_FUSED_VS_F64:e}"
+        "{f} ({sdt} scales) K={k} ({level:?}): NMSE {err:e} > {NMSE_FUSED_VS_F64:e}"
     );
     err
 }
 
-#[test]
-fn fused_dot_matches_decoded_f64_dot_for_every_format() {
+/// Every case and K at `level` (`None`: the process's); the worst NMSE.
+fn check_all(level: Option<SimdLevel>) {
     for (ci, (f, sdt)) in cases().into_iter().enumerate() {
         let mut worst = 0f64;
         for k in [256, 2048, 2880] {
             if k % f.k_granularity() != 0 {
                 continue;
             }
-            worst = worst.max(check(f, sdt, k, 1000 * ci as u64 + k as u64));
+            worst = worst.max(check(f, sdt, k, 1000 * ci as u64 + k as u64, level));
         }
-        eprintln!("{f:<14} {sdt:<5} max NMSE {worst:.2e}");
+        eprintln!("{f:<14} {sdt:<5} {level:?} max NMSE {worst:.2e}");
+    }
+}
+
+#[test]
+fn fused_dot_matches_decoded_f64_dot_for_every_format() {
+    check_all(None);
+}
+
+/// The kernels of every level this CPU supports (the detected one and the
+/// portable fallback, forced through `dot_rows_at`) meet the same tolerance.
+#[test]
+fn every_supported_level_matches_decoded_f64_dot() {
+    for level in SimdLevel::ALL {
+        if level.is_supported() {
+            check_all(Some(level));
+        } else {
+            eprintln!("{level}: not supported by this CPU, skipped");
+        }
+    }
+}
+
+/// Which kernels the dispatch picked on this machine; on an x86-64 CPU with
+/// AVX2, FMA and F16C (and no `MOEKIT_CPU_LEVEL`), the AVX2 ones.
+#[test]
+fn dispatch_picks_the_best_supported_level() {
+    let level = simd_level();
+    eprintln!(
+        "cpu kernels: {level} (detected best: {})",
+        SimdLevel::detect()
+    );
+    assert!(level.is_supported());
+    if std::env::var_os(moekit::cpu::LEVEL_ENV).is_none() {
+        assert_eq!(level, SimdLevel::detect());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::env::var_os(moekit::cpu::LEVEL_ENV).is_none()
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+    {
+        assert_eq!(level, SimdLevel::Avx2);
+    }
+    // An unsupported level is an error, not a crash.
+    for l in SimdLevel::ALL.into_iter().filter(|l| !l.is_supported()) {
+        let w = random_weights(
+            WeightFormat::parse("q4_0").unwrap(),
+            1,
+            1,
+            32,
+            DType::F16,
+            1,
+            &|| {},
+        )
+        .unwrap();
+        let x = vec![1f32; 32];
+        let r = dot_rows_at(
+            l,
+            &w.decoder().unwrap(),
+            0,
+            0,
+            &x,
+            &XSums::new(&x),
+            &mut [],
+            &mut [0.0],
+        );
+        assert!(r.is_err(), "{l}");
     }
 }
 

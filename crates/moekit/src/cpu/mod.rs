@@ -1,5 +1,9 @@
 //! CPU backends: [`reference`] is the oracle (simple loops, f64 where it
-//! helps); [`fast`] is the production path (rayon, cache blocking).
+//! helps); [`fast`] is the production path (rayon, cache blocking), whose
+//! vector kernels run at the [`SimdLevel`] chosen at run time ([`simd_level`]).
 
 pub mod fast;
+mod level;
 pub mod reference;
+
+pub use level::{simd_level, SimdLevel, LEVEL_ENV};

@@ -271,12 +271,13 @@ fn dequant_row_impl<const BITS: u32, const VSHIFT: bool, S: Float>(
     }
 }
 
-/// [`dequant_row_impl`] compiled for AVX2.
+/// [`dequant_row_impl`] compiled for AVX2 (the
+/// [`SimdLevel::Avx2`](crate::cpu::SimdLevel::Avx2) level).
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dequant_row_avx2<const BITS: u32, S: Float>(
     group_size: usize,
     packed: &[u32],
@@ -287,10 +288,11 @@ unsafe fn dequant_row_avx2<const BITS: u32, S: Float>(
     dequant_row_impl::<BITS, true, S>(group_size, packed, scales, biases, out)
 }
 
-/// Runs the best [`dequant_row_impl`] for this CPU: the build's own target
-/// features, or AVX2 detected at run time on x86-64 builds without it.
-/// Kept out of line: one function per bit width and scale type is what the
-/// vectorizer handles well (inlined all into one, it gave up at opt-level 2).
+/// Runs the best [`dequant_row_impl`] for this CPU: AVX2 at the AVX2 level
+/// (the process's [`simd_level`](crate::cpu::simd_level), detected once),
+/// else the build's own target features. Kept out of line: one function per
+/// bit width and scale type is what the vectorizer handles well (inlined all
+/// into one, it gave up at opt-level 2).
 #[inline(never)]
 fn dequant_row_dispatch<const BITS: u32, S: Float>(
     group_size: usize,
@@ -301,8 +303,9 @@ fn dequant_row_dispatch<const BITS: u32, S: Float>(
 ) {
     const AVX2_BUILD: bool = cfg!(target_feature = "avx2");
     #[cfg(target_arch = "x86_64")]
-    if !AVX2_BUILD && std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 support was just detected.
+    if crate::cpu::simd_level() == crate::cpu::SimdLevel::Avx2 {
+        // SAFETY: `simd_level` picks `Avx2` only where AVX2, FMA and F16C
+        // were detected at run time.
         unsafe { dequant_row_avx2::<BITS, S>(group_size, packed, scales, biases, out) };
         return;
     }

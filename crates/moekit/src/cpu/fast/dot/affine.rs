@@ -11,30 +11,30 @@
 //! widened 8 groups at a time. The bias term `Σ_g b_g·Σx_g` is a separate
 //! 8-lane dot with the group sums of `x` ([`XSums`]).
 
-use super::simd::{F8, U8};
-use super::{arr, fma, fold_fma, lanes_sum, run, Acc, RowKernel, Run, Widen, XSums, A, L};
+use super::simd::{F8Ops, Simd, U8Ops};
+use super::{arr, fold_fma, lanes_sum, run, Acc, RowKernel, Run, Widen, XSums, A, L};
 use crate::format::{AffineParams, RawRow};
 use std::marker::PhantomData;
 
 /// The kernel run of affine rows with parameters `p` and scales in `S`
 /// (`None`: unsupported bits or group size).
-pub(super) fn run_for<S: Widen>(p: AffineParams) -> Option<Run> {
+pub(super) fn run_for<S: Widen, V: Simd>(p: AffineParams) -> Option<Run> {
     match p.bits {
-        2 => by_group::<2, S>(p.group_size),
-        3 => by_group::<3, S>(p.group_size),
-        4 => by_group::<4, S>(p.group_size),
-        5 => by_group::<5, S>(p.group_size),
-        6 => by_group::<6, S>(p.group_size),
-        8 => by_group::<8, S>(p.group_size),
+        2 => by_group::<2, S, V>(p.group_size),
+        3 => by_group::<3, S, V>(p.group_size),
+        4 => by_group::<4, S, V>(p.group_size),
+        5 => by_group::<5, S, V>(p.group_size),
+        6 => by_group::<6, S, V>(p.group_size),
+        8 => by_group::<8, S, V>(p.group_size),
         _ => None,
     }
 }
 
-fn by_group<const BITS: usize, S: Widen>(group_size: usize) -> Option<Run> {
+fn by_group<const BITS: usize, S: Widen, V: Simd>(group_size: usize) -> Option<Run> {
     match group_size {
-        32 => Some(run::<AffineRow<BITS, 32, S>>),
-        64 => Some(run::<AffineRow<BITS, 64, S>>),
-        128 => Some(run::<AffineRow<BITS, 128, S>>),
+        32 => Some(run::<AffineRow<BITS, 32, S>, V>),
+        64 => Some(run::<AffineRow<BITS, 64, S>, V>),
+        128 => Some(run::<AffineRow<BITS, 128, S>, V>),
         _ => None,
     }
 }
@@ -44,7 +44,7 @@ struct AffineRow<const BITS: usize, const GS: usize, S>(PhantomData<S>);
 
 impl<const BITS: usize, const GS: usize, S: Widen> RowKernel for AffineRow<BITS, GS, S> {
     #[inline(always)]
-    fn dot(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32> {
+    fn dot<V: Simd>(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32> {
         let RawRow::Affine {
             params,
             words,
@@ -59,9 +59,12 @@ impl<const BITS: usize, const GS: usize, S: Widen> RowKernel for AffineRow<BITS,
         }
         let (scales, biases) = (S::scale_row(scales)?, S::scale_row(biases)?);
         if 8 % BITS == 0 {
-            return bytes_row::<BITS, GS, S>(words, scales, biases, x, xs);
+            return V::enter(
+                #[inline(always)]
+                || bytes_row::<BITS, GS, S, V>(words, scales, biases, x, xs),
+            );
         }
-        dot_row::<BITS, GS, S>(Row {
+        dot_row::<BITS, GS, S, V>(Row {
             words,
             scales,
             biases,
@@ -119,9 +122,19 @@ fn codes<const BITS: usize>(w: &[u32; BITS]) -> [f32; L] {
     q
 }
 
-/// `Σ_g s_g·Σ_{k∈g} q_k·x_k + b_g·Σ_{k∈g} x_k` over the row.
-#[inline(never)]
-fn dot_row<const BITS: usize, const GS: usize, S: Widen>(r: Row<'_, S>) -> Option<f32> {
+/// `Σ_g s_g·Σ_{k∈g} q_k·x_k + b_g·Σ_{k∈g} x_k` over the row (out of line,
+/// in [`Simd::enter`]).
+#[inline(always)]
+fn dot_row<const BITS: usize, const GS: usize, S: Widen, V: Simd>(r: Row<'_, S>) -> Option<f32> {
+    V::enter(
+        #[inline(always)]
+        || row_dot::<BITS, GS, S, V>(r),
+    )
+}
+
+/// [`dot_row`]'s body.
+#[inline(always)]
+fn row_dot<const BITS: usize, const GS: usize, S: Widen, V: Simd>(r: Row<'_, S>) -> Option<f32> {
     let groups = r.scales.len();
     let xsum = r.xs.of(GS);
     let ok = r.biases.len() == groups
@@ -131,7 +144,10 @@ fn dot_row<const BITS: usize, const GS: usize, S: Widen>(r: Row<'_, S>) -> Optio
     if !ok {
         return None;
     }
-    let (acc, off) = groups_dot::<BITS, GS, S>(r.words, r.x, r.scales, r.biases, xsum);
+    let (acc, off) = V::enter(
+        #[inline(always)]
+        || groups_dot::<BITS, GS, S, V>(r.words, r.x, r.scales, r.biases, xsum),
+    );
     Some(lanes_sum(acc) + off)
 }
 
@@ -142,9 +158,9 @@ fn dot_row<const BITS: usize, const GS: usize, S: Widen>(r: Row<'_, S>) -> Optio
 /// accumulator in memory inside the hot loop. Runs of 8 groups widen their
 /// 8 scales with one F16C conversion (codes below 8 bits); the bias term is
 /// a separate 8-lane dot ([`bias_dot`]); the remaining groups widen their
-/// own scale.
-#[inline(never)]
-fn groups_dot<const BITS: usize, const GS: usize, S: Widen>(
+/// own scale. Called in [`Simd::enter`] (out of line).
+#[inline(always)]
+fn groups_dot<const BITS: usize, const GS: usize, S: Widen, V: Simd>(
     words: &[u32],
     x: &[f32],
     scales: &[S],
@@ -164,9 +180,9 @@ fn groups_dot<const BITS: usize, const GS: usize, S: Widen>(
     let tail = runs.len() * 8;
     for ((w8, x8), s8) in runs {
         let mut sf = [0f32; 8];
-        S::widen_into(s8, &mut sf);
+        S::widen_into::<V>(s8, &mut sf);
         for ((gw, gx), &s) in w8.chunks_exact(wpg).zip(x8.chunks_exact(GS)).zip(&sf) {
-            group_fma::<BITS>(&mut acc, gw, gx, s);
+            group_fma::<BITS, V>(&mut acc, gw, gx, s);
         }
     }
     let rest = words
@@ -175,40 +191,40 @@ fn groups_dot<const BITS: usize, const GS: usize, S: Widen>(
         .zip(scales)
         .skip(tail);
     for ((gw, gx), s) in rest {
-        group_fma::<BITS>(&mut acc, gw, gx, s.widen());
+        group_fma::<BITS, V>(&mut acc, gw, gx, s.widen());
     }
-    (acc, bias_dot(biases, xsum))
+    (acc, bias_dot::<S, V>(biases, xsum))
 }
 
 /// `acc += s·Σ q·x` over one group (packs of 32 codes in `BITS` words).
 #[inline(always)]
-fn group_fma<const BITS: usize>(acc: &mut Acc, words: &[u32], x: &[f32], s: f32) {
+fn group_fma<const BITS: usize, V: Simd>(acc: &mut Acc, words: &[u32], x: &[f32], s: f32) {
     let mut t = [0f32; A];
     for (w, xp) in words.chunks_exact(BITS).zip(x.chunks_exact(L)) {
         if let (Some(w), Some(xp)) = (arr(w), arr(xp)) {
-            fold_fma(&mut t, &codes::<BITS>(w), xp);
+            fold_fma::<V>(&mut t, &codes::<BITS>(w), xp);
         }
     }
     for j in 0..A {
-        acc[j] = fma(s, t[j], acc[j]);
+        acc[j] = V::fma(s, t[j], acc[j]);
     }
 }
 
 /// `Σ_g b_g·xsum_g`, 8 groups at a time (one F16C conversion per 8 biases).
 #[inline(always)]
-fn bias_dot<S: Widen>(biases: &[S], xsum: &[f32]) -> f32 {
+fn bias_dot<S: Widen, V: Simd>(biases: &[S], xsum: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (b8, x8) = (biases.chunks_exact(8), xsum.chunks_exact(8));
     let tail: f32 = b8
         .remainder()
         .iter()
         .zip(x8.remainder())
-        .fold(0.0, |a, (b, &x)| fma(b.widen(), x, a));
+        .fold(0.0, |a, (b, &x)| V::fma(b.widen(), x, a));
     for (b, x) in b8.zip(x8) {
         let mut bf = [0f32; 8];
-        S::widen_into(b, &mut bf);
+        S::widen_into::<V>(b, &mut bf);
         for j in 0..8 {
-            acc[j] = fma(bf[j], x[j], acc[j]);
+            acc[j] = V::fma(bf[j], x[j], acc[j]);
         }
     }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
@@ -217,9 +233,10 @@ fn bias_dot<S: Widen>(biases: &[S], xsum: &[f32]) -> f32 {
 /// [`dot_row`] for codes that never straddle a byte (2, 4, 8 bits): 8 bytes
 /// at a time are widened to 8 lanes and code `t` of each byte is split off
 /// into vector `t`, so the lanes hold every `c`-th weight (`c = 8 / BITS`);
-/// `x` is read in the matching order ([`XSums::permuted`]).
-#[inline(never)]
-fn bytes_row<const BITS: usize, const GS: usize, S: Widen>(
+/// `x` is read in the matching order ([`XSums::permuted`]). Called in
+/// [`Simd::enter`] (out of line).
+#[inline(always)]
+fn bytes_row<const BITS: usize, const GS: usize, S: Widen, V: Simd>(
     words: &[u32],
     scales: &[S],
     biases: &[S],
@@ -242,13 +259,7 @@ fn bytes_row<const BITS: usize, const GS: usize, S: Widen>(
     // One accumulator for even groups, one for odd: each group's products
     // are summed in one chain and scaled once (the kernel is bound by the
     // two vector pipes that multiply and convert).
-    let mut acc = [F8::zero(); 2];
-    let mut step = |g: usize, gb: &[u8], gx: &[f32], s: f32| {
-        let p = group_products::<BITS>(gb, gx);
-        if let Some(a) = acc.get_mut(g & 1) {
-            *a = F8::splat(s).fma(p, *a);
-        }
-    };
+    let mut acc = [V::F8::zero(); 2];
     // Runs of 8 groups widen their scales with one F16C conversion; the
     // remaining groups widen their own.
     let runs = bytes
@@ -258,10 +269,10 @@ fn bytes_row<const BITS: usize, const GS: usize, S: Widen>(
     let done = runs.len() * 8;
     for ((b8, x8), s8) in runs {
         let mut sf = [0f32; 8];
-        S::widen_into(s8, &mut sf);
+        S::widen_into::<V>(s8, &mut sf);
         let groups = b8.chunks_exact(bpg).zip(x8.chunks_exact(GS)).zip(sf);
         for (g, ((gb, gx), s)) in groups.enumerate() {
-            step(g, gb, gx, s);
+            group_step::<BITS, V>(&mut acc, g, gb, gx, s);
         }
     }
     let rest = bytes
@@ -270,23 +281,40 @@ fn bytes_row<const BITS: usize, const GS: usize, S: Widen>(
         .zip(scales)
         .skip(done);
     for (g, ((gb, gx), s)) in rest.enumerate() {
-        step(g, gb, gx, s.widen());
+        group_step::<BITS, V>(&mut acc, g, gb, gx, s.widen());
     }
-    Some(acc[0].add(acc[1]).sum() + bias_dot(biases, xsum))
+    Some(acc[0].add(acc[1]).sum() + bias_dot::<S, V>(biases, xsum))
+}
+
+/// `acc[g % 2] += s·Σ q·x` over group `g`. (A function, not a closure: a
+/// closure called twice was not inlined, and out of [`Simd::enter`] its
+/// intrinsics became calls.)
+#[inline(always)]
+fn group_step<const BITS: usize, V: Simd>(
+    acc: &mut [V::F8; 2],
+    g: usize,
+    gb: &[u8],
+    gx: &[f32],
+    s: f32,
+) {
+    let p = group_products::<BITS, V>(gb, gx);
+    if let Some(a) = acc.get_mut(g & 1) {
+        *a = V::F8::splat(s).fma(p, *a);
+    }
 }
 
 /// `Σ q·x` over one group, by lane: in one chain for groups of 32, else
 /// in two (alternate vectors) summed at the end, so a long group's chain
 /// does not hold the following group's work in the scheduler.
 #[inline(always)]
-fn group_products<const BITS: usize>(bytes: &[u8], x: &[f32]) -> F8 {
+fn group_products<const BITS: usize, V: Simd>(bytes: &[u8], x: &[f32]) -> V::F8 {
     let c = 8 / BITS;
     let mask = (1u32 << BITS) - 1;
     let two = x.len() > 32;
-    let mut p = [F8::zero(); 2];
+    let mut p = [V::F8::zero(); 2];
     let mut i = 0;
     for (b, xu) in bytes.chunks_exact(8).zip(x.chunks_exact(8 * c)) {
-        let v = arr(b).map_or(U8::splat(0), U8::bytes);
+        let v = arr(b).map_or(V::U8::splat(0), V::U8::bytes);
         for (t, xt) in xu.chunks_exact(8).enumerate() {
             // The last code of a byte needs no mask, the first no shift.
             let code = match t {
@@ -295,7 +323,7 @@ fn group_products<const BITS: usize>(bytes: &[u8], x: &[f32]) -> F8 {
                 _ if t + 1 == c => v.shr((BITS * t) as u32),
                 _ => v.shr((BITS * t) as u32).and(mask),
             };
-            let xv = arr(xt).map_or(F8::zero(), F8::load);
+            let xv = arr(xt).map_or(V::F8::zero(), V::F8::load);
             if let Some(p) = p.get_mut(i & usize::from(two)) {
                 *p = code.to_f32().fma(xv, *p);
             }

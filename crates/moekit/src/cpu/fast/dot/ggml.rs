@@ -1,7 +1,7 @@
 //! The fused kernels of the GGUF types: the 32-weight blocks in
 //! [`legacy`](super::legacy), the K-quants in [`kquant`](super::kquant).
 
-use super::{kquant, legacy, run, RowKernel, Run, XSums};
+use super::{kquant, legacy, run, RowKernel, Run, Simd, XSums};
 use crate::format::ggml::blocks::{
     Block, BlockQ2_K, BlockQ3_K, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K,
     BlockQ6_K, BlockQ8_0,
@@ -11,18 +11,18 @@ use crate::format::RawRow;
 use std::marker::PhantomData;
 
 /// The kernel run of rows of `t` blocks.
-pub(super) fn run_for(t: GgmlType) -> Run {
+pub(super) fn run_for<V: Simd>(t: GgmlType) -> Run {
     match t {
-        GgmlType::Q4_0 => run::<Legacy<BlockQ4_0>>,
-        GgmlType::Q4_1 => run::<Legacy<BlockQ4_1>>,
-        GgmlType::Q5_0 => run::<Legacy<BlockQ5_0>>,
-        GgmlType::Q5_1 => run::<Legacy<BlockQ5_1>>,
-        GgmlType::Q8_0 => run::<Legacy<BlockQ8_0>>,
-        GgmlType::Q2_K => run::<KQuant<BlockQ2_K>>,
-        GgmlType::Q3_K => run::<KQuant<BlockQ3_K>>,
-        GgmlType::Q4_K => run::<KQuant<BlockQ4_K>>,
-        GgmlType::Q5_K => run::<KQuant<BlockQ5_K>>,
-        GgmlType::Q6_K => run::<KQuant<BlockQ6_K>>,
+        GgmlType::Q4_0 => run::<Legacy<BlockQ4_0>, V>,
+        GgmlType::Q4_1 => run::<Legacy<BlockQ4_1>, V>,
+        GgmlType::Q5_0 => run::<Legacy<BlockQ5_0>, V>,
+        GgmlType::Q5_1 => run::<Legacy<BlockQ5_1>, V>,
+        GgmlType::Q8_0 => run::<Legacy<BlockQ8_0>, V>,
+        GgmlType::Q2_K => run::<KQuant<BlockQ2_K>, V>,
+        GgmlType::Q3_K => run::<KQuant<BlockQ3_K>, V>,
+        GgmlType::Q4_K => run::<KQuant<BlockQ4_K>, V>,
+        GgmlType::Q5_K => run::<KQuant<BlockQ5_K>, V>,
+        GgmlType::Q6_K => run::<KQuant<BlockQ6_K>, V>,
     }
 }
 
@@ -40,8 +40,8 @@ struct Legacy<B>(PhantomData<B>);
 
 impl<B: legacy::Block32 + Block> RowKernel for Legacy<B> {
     #[inline(always)]
-    fn dot(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32> {
-        legacy::dot_blocks::<B>(bytes_of::<B>(raw)?, x, xs)
+    fn dot<V: Simd>(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32> {
+        legacy::dot_blocks::<B, V>(bytes_of::<B>(raw)?, x, xs)
     }
 }
 
@@ -50,7 +50,7 @@ struct KQuant<B>(PhantomData<B>);
 
 impl<B: kquant::SuperBlock + Block> RowKernel for KQuant<B> {
     #[inline(always)]
-    fn dot(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32> {
-        kquant::dot_blocks::<B>(bytes_of::<B>(raw)?, x, xs)
+    fn dot<V: Simd>(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32> {
+        kquant::dot_blocks::<B, V>(bytes_of::<B>(raw)?, x, xs)
     }
 }

@@ -9,8 +9,8 @@
 //! block sums of `x`. The super-block scales `d`, `dmin` are often subnormal
 //! f16, so they are widened without branches.
 
-use super::simd::{whole, F8, U8};
-use super::{arr, f16_to_f32, fma, XSums};
+use super::simd::{whole, F8Ops, Simd, U8Ops};
+use super::{arr, f16_to_f32, XSums};
 use crate::format::ggml::blocks::{
     q3k_scales, BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, QK_K,
 };
@@ -20,20 +20,20 @@ use bytemuck::Pod;
 /// accumulators (alternate 32- or 64-weight slices use alternate pairs, so
 /// each accumulator is updated at most once per slice pair), and the offset
 /// terms.
-pub(super) struct Accum {
-    lanes: [[F8; 2]; 2],
+pub(super) struct Accum<V: Simd> {
+    lanes: [[V::F8; 2]; 2],
     off: f32,
     /// Q4_K / Q5_K: `Σ dmin·m_g·Σx_g` by lane (subtracted at the end).
-    mins: F8,
+    mins: V::F8,
 }
 
-impl Accum {
+impl<V: Simd> Accum<V> {
     /// `lanes[pair] += (s0·lo, s1·hi)`.
     #[inline(always)]
-    fn add(&mut self, pair: usize, (s0, s1): (f32, f32), (lo, hi): (F8, F8)) {
+    fn add(&mut self, pair: usize, (s0, s1): (f32, f32), (lo, hi): (V::F8, V::F8)) {
         if let Some(a) = self.lanes.get_mut(pair & 1) {
-            a[0] = F8::splat(s0).fma(lo, a[0]);
-            a[1] = F8::splat(s1).fma(hi, a[1]);
+            a[0] = V::F8::splat(s0).fma(lo, a[0]);
+            a[1] = V::F8::splat(s1).fma(hi, a[1]);
         }
     }
 }
@@ -41,11 +41,11 @@ impl Accum {
 /// `(q[0]·x[0..8] + q[1]·x[8..16], q[2]·x[16..24] + q[3]·x[24..32])`: the
 /// products of the two 16-weight halves of a 32-weight slice.
 #[inline(always)]
-fn halves(q: [F8; 4], x: &[f32; 32]) -> (F8, F8) {
+fn halves<F: F8Ops>(q: [F; 4], x: &[f32; 32]) -> (F, F) {
     let xv = |i: usize| {
         x.get(8 * i..8 * i + 8)
             .and_then(arr)
-            .map_or(F8::zero(), F8::load)
+            .map_or(F::zero(), F::load)
     };
     (
         q[1].fma(xv(1), q[0].mul(xv(0))),
@@ -55,11 +55,11 @@ fn halves(q: [F8; 4], x: &[f32; 32]) -> (F8, F8) {
 
 /// The 32 bytes as four vectors of 8 lanes.
 #[inline(always)]
-fn bytes32(b: &[u8; 32]) -> [U8; 4] {
+fn bytes32<U: U8Ops>(b: &[u8; 32]) -> [U; 4] {
     std::array::from_fn(|i| {
         b.get(8 * i..8 * i + 8)
             .and_then(arr)
-            .map_or(U8::splat(0), U8::bytes)
+            .map_or(U::splat(0), U::bytes)
     })
 }
 
@@ -70,23 +70,36 @@ pub(super) trait SuperBlock: Pod {
     /// Adds the block's `Σ_i (d·q_i)·x_i` to `acc.lanes` and its offset part
     /// (`Σ_groups offset·Σx`) to `acc.off`; `x` has `QK_K` values and `sums`
     /// `QK_K/SUM`. `None` only if a length is wrong.
-    fn dot(&self, x: &[f32], sums: &[f32], acc: &mut Accum) -> Option<()>;
+    fn dot<V: Simd>(&self, x: &[f32], sums: &[f32], acc: &mut Accum<V>) -> Option<()>;
 }
 
 /// Dot of a row of `B` super-blocks with `x`; `None` if the row is not
-/// 2-aligned or the lengths disagree.
-#[inline(never)]
-pub(super) fn dot_blocks<B: SuperBlock>(bytes: &[u8], x: &[f32], xs: &XSums) -> Option<f32> {
+/// 2-aligned or the lengths disagree. Runs out of line, in [`Simd::enter`].
+#[inline(always)]
+pub(super) fn dot_blocks<B: SuperBlock, V: Simd>(
+    bytes: &[u8],
+    x: &[f32],
+    xs: &XSums,
+) -> Option<f32> {
+    V::enter(
+        #[inline(always)]
+        || blocks_dot::<B, V>(bytes, x, xs),
+    )
+}
+
+/// [`dot_blocks`]' body.
+#[inline(always)]
+fn blocks_dot<B: SuperBlock, V: Simd>(bytes: &[u8], x: &[f32], xs: &XSums) -> Option<f32> {
     let blocks: &[B] = bytemuck::try_cast_slice(bytes).ok()?;
     let sums = xs.of(B::SUM);
     let k = blocks.len() * QK_K;
     if x.len() != k || sums.len() * B::SUM != k {
         return None;
     }
-    let mut acc = Accum {
-        lanes: [[F8::zero(); 2]; 2],
+    let mut acc = Accum::<V> {
+        lanes: [[V::F8::zero(); 2]; 2],
         off: 0.0,
-        mins: F8::zero(),
+        mins: V::F8::zero(),
     };
     let per = QK_K / B::SUM;
     for ((b, xb), sb) in blocks
@@ -105,20 +118,20 @@ pub(super) fn dot_blocks<B: SuperBlock>(bytes: &[u8], x: &[f32], xs: &XSums) -> 
 /// (`2c + 1`) of `qh[l]` as bit 4 of weight `l` of group `2c` (`2c + 1`)
 /// (Q5_K).
 #[inline(always)]
-fn k4_codes(q32: &[u8; 32], qh: Option<&[u8; 32]>, c: usize) -> ([F8; 4], [F8; 4]) {
-    let v = bytes32(q32);
+fn k4_codes<V: Simd>(q32: &[u8; 32], qh: Option<&[u8; 32]>, c: usize) -> ([V::F8; 4], [V::F8; 4]) {
+    let v = bytes32::<V::U8>(q32);
     let mut lo = v.map(|v| v.and(15));
     let mut hi = v.map(|v| v.shr(4));
     if let Some(qh) = qh {
         let c = c as u32;
-        for ((lo, hi), h) in lo.iter_mut().zip(&mut hi).zip(bytes32(qh)) {
+        for ((lo, hi), h) in lo.iter_mut().zip(&mut hi).zip(bytes32::<V::U8>(qh)) {
             // Bit 2c (2c + 1) to bit 4.
             let h = h.shl(4);
             *lo = lo.or(h.shr(2 * c).and(16));
             *hi = hi.or(h.shr(2 * c + 1).and(16));
         }
     }
-    (lo.map(U8::to_f32), hi.map(U8::to_f32))
+    (lo.map(V::U8::to_f32), hi.map(V::U8::to_f32))
 }
 
 /// The 8 6-bit scales and 8 mins of Q4_K / Q5_K (as `scale_min_k4`), with
@@ -145,29 +158,29 @@ fn k4_scales_mins(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
 /// Q4_K / Q5_K: 8 groups of 32 weights; group `g` has codes [`k4_codes`],
 /// scale `d·sc_g` and min `dmin·m_g` (subtracted as `dmin·m_g·Σx_g`).
 #[inline(always)]
-fn k4_dot(
+fn k4_dot<V: Simd>(
     (d, dmin): (f32, f32),
     scales: &[u8; 12],
     qs: &[u8; QK_K / 2],
     qh: Option<&[u8; 32]>,
     x: &[f32],
     sums: &[f32],
-    acc: &mut Accum,
+    acc: &mut Accum<V>,
 ) -> Option<()> {
     let x: &[f32; QK_K] = arr(x)?;
     let sums: &[f32; 8] = arr(sums)?;
     // Scales and mins widened a register at a time (scalar conversions and
     // products took as many vector-pipe slots as a fifth of the codes).
     let (sc, m) = k4_scales_mins(scales);
-    let sc = U8::from_u64(u64::from_le_bytes(sc)).to_f32();
-    let m = U8::from_u64(u64::from_le_bytes(m)).to_f32();
-    let dl = sc.mul(F8::splat(d)).to_array();
-    acc.mins = F8::splat(dmin).fma(m.mul(F8::load(sums)), acc.mins);
+    let sc = V::U8::from_u64(u64::from_le_bytes(sc)).to_f32();
+    let m = V::U8::from_u64(u64::from_le_bytes(m)).to_f32();
+    let dl = sc.mul(V::F8::splat(d)).to_array();
+    acc.mins = V::F8::splat(dmin).fma(m.mul(V::F8::load(sums)), acc.mins);
     for (c, (q32, x64)) in qs.chunks_exact(32).zip(x.chunks_exact(64)).enumerate() {
         let q32: &[u8; 32] = arr(q32)?;
         let (x0, x1) = x64.split_at(32);
         let (s0, s1) = (*dl.get(2 * c)?, *dl.get(2 * c + 1)?);
-        let (lo, hi) = k4_codes(q32, qh, c);
+        let (lo, hi) = k4_codes::<V>(q32, qh, c);
         acc.add(c, (s0, s1), (whole(lo, arr(x0)?), whole(hi, arr(x1)?)));
     }
     Some(())
@@ -176,7 +189,7 @@ fn k4_dot(
 impl SuperBlock for BlockQ4_K {
     const SUM: usize = 32;
     #[inline(always)]
-    fn dot(&self, x: &[f32], sums: &[f32], acc: &mut Accum) -> Option<()> {
+    fn dot<V: Simd>(&self, x: &[f32], sums: &[f32], acc: &mut Accum<V>) -> Option<()> {
         let d = (f16_to_f32(self.d, true), f16_to_f32(self.dmin, true));
         k4_dot(d, &self.scales, &self.qs, None, x, sums, acc)
     }
@@ -185,7 +198,7 @@ impl SuperBlock for BlockQ4_K {
 impl SuperBlock for BlockQ5_K {
     const SUM: usize = 32;
     #[inline(always)]
-    fn dot(&self, x: &[f32], sums: &[f32], acc: &mut Accum) -> Option<()> {
+    fn dot<V: Simd>(&self, x: &[f32], sums: &[f32], acc: &mut Accum<V>) -> Option<()> {
         let d = (f16_to_f32(self.d, true), f16_to_f32(self.dmin, true));
         k4_dot(d, &self.scales, &self.qs, Some(&self.qh), x, sums, acc)
     }
@@ -197,21 +210,21 @@ impl SuperBlock for BlockQ5_K {
 /// lanes `8i..8i+8` (in 32-bit lanes); the group scales are `scale[g]`, and
 /// `min[g]·Σx_g` is subtracted.
 #[inline(always)]
-fn k2_dot(
+fn k2_dot<V: Simd>(
     qs: &[u8; QK_K / 4],
     scale: &[f32; 16],
     min: Option<&[f32; 16]>,
-    code: impl Fn(usize, usize, usize, U8) -> U8,
+    code: impl Fn(usize, usize, usize, V::U8) -> V::U8,
     x: &[f32],
     sums: &[f32],
-    acc: &mut Accum,
+    acc: &mut Accum<V>,
 ) -> Option<()> {
     let x: &[f32; QK_K] = arr(x)?;
     let sums: &[f32; 16] = arr(sums)?;
     for (h, (q32, x128)) in qs.chunks_exact(32).zip(x.chunks_exact(128)).enumerate() {
-        let v = bytes32(arr(q32)?);
+        let v = bytes32::<V::U8>(arr(q32)?);
         for (s, x32) in x128.chunks_exact(32).enumerate() {
-            let mut q = [F8::zero(); 4];
+            let mut q = [V::F8::zero(); 4];
             for (i, (q, v)) in q.iter_mut().zip(v).enumerate() {
                 *q = code(h, s, i, v.shr(2 * s as u32).and(3)).to_f32();
             }
@@ -219,8 +232,8 @@ fn k2_dot(
             let (s0, s1) = (*scale.get(g)?, *scale.get(g + 1)?);
             acc.add(s, (s0, s1), halves(q, arr(x32)?));
             if let Some(min) = min {
-                acc.off = fma(-*min.get(g)?, *sums.get(g)?, acc.off);
-                acc.off = fma(-*min.get(g + 1)?, *sums.get(g + 1)?, acc.off);
+                acc.off = V::fma(-*min.get(g)?, *sums.get(g)?, acc.off);
+                acc.off = V::fma(-*min.get(g + 1)?, *sums.get(g + 1)?, acc.off);
             }
         }
     }
@@ -230,14 +243,14 @@ fn k2_dot(
 impl SuperBlock for BlockQ2_K {
     const SUM: usize = 16;
     #[inline(always)]
-    fn dot(&self, x: &[f32], sums: &[f32], acc: &mut Accum) -> Option<()> {
+    fn dot<V: Simd>(&self, x: &[f32], sums: &[f32], acc: &mut Accum<V>) -> Option<()> {
         let (d, dmin) = (f16_to_f32(self.d, true), f16_to_f32(self.dmin, true));
         let (mut scale, mut min) = ([0f32; 16], [0f32; 16]);
         for ((s, m), &sc) in scale.iter_mut().zip(&mut min).zip(&self.scales) {
             *s = d * f32::from(sc & 0x0F);
             *m = dmin * f32::from(sc >> 4);
         }
-        let code = |_, _, _, c2: U8| c2;
+        let code = |_, _, _, c2: V::U8| c2;
         k2_dot(&self.qs, &scale, Some(&min), code, x, sums, acc)
     }
 }
@@ -245,7 +258,7 @@ impl SuperBlock for BlockQ2_K {
 impl SuperBlock for BlockQ3_K {
     const SUM: usize = 16;
     #[inline(always)]
-    fn dot(&self, x: &[f32], sums: &[f32], acc: &mut Accum) -> Option<()> {
+    fn dot<V: Simd>(&self, x: &[f32], sums: &[f32], acc: &mut Accum<V>) -> Option<()> {
         let d = f16_to_f32(self.d, true);
         let mut scale = [0f32; 16];
         for (s, &sc) in scale.iter_mut().zip(&q3k_scales(&self.scales)) {
@@ -253,11 +266,11 @@ impl SuperBlock for BlockQ3_K {
         }
         // High-bit plane 4h + s; a clear bit means code − 4.
         let hmask = &self.hmask;
-        let hm = bytes32(hmask);
-        let code = |h: usize, s: usize, i: usize, c2: U8| {
+        let hm = bytes32::<V::U8>(hmask);
+        let code = |h: usize, s: usize, i: usize, c2: V::U8| {
             let high = hm
                 .get(i)
-                .map_or(U8::splat(0), |m| m.shr((4 * h + s) as u32).and(1));
+                .map_or(V::U8::splat(0), |m| m.shr((4 * h + s) as u32).and(1));
             c2.or(high.shl(2)).sub(4)
         };
         k2_dot(&self.qs, &scale, None, code, x, sums, acc)
@@ -267,7 +280,7 @@ impl SuperBlock for BlockQ3_K {
 impl SuperBlock for BlockQ6_K {
     const SUM: usize = 16;
     #[inline(always)]
-    fn dot(&self, x: &[f32], _: &[f32], acc: &mut Accum) -> Option<()> {
+    fn dot<V: Simd>(&self, x: &[f32], _: &[f32], acc: &mut Accum<V>) -> Option<()> {
         let x: &[f32; QK_K] = arr(x)?;
         let d = f16_to_f32(self.d, true);
         let mut scale = [0f32; 16];
@@ -285,14 +298,14 @@ impl SuperBlock for BlockQ6_K {
             .zip(scale.chunks_exact(8));
         for (((x128, ql64), qh32), sc8) in parts {
             let (qh32, sc8): (&[u8; 32], &[f32; 8]) = (arr(qh32)?, arr(sc8)?);
-            let qh = bytes32(qh32);
+            let qh = bytes32::<V::U8>(qh32);
             for (p, ql32) in ql64.chunks_exact(32).enumerate() {
-                let ql = bytes32(arr(ql32)?);
+                let ql = bytes32::<V::U8>(arr(ql32)?);
                 // Slice p (low nibbles, high bits 2p), then slice p + 2 (high
                 // nibbles, high bits 2p + 4).
                 for half in 0..2 {
                     let shift = (2 * p + 4 * half) as u32;
-                    let mut q = [F8::zero(); 4];
+                    let mut q = [V::F8::zero(); 4];
                     for ((q, l), h) in q.iter_mut().zip(ql).zip(qh) {
                         let lo = if half == 0 { l.and(15) } else { l.shr(4) };
                         let hi = h.shl(4).shr(shift).and(0x30);

@@ -3,14 +3,14 @@
 //!
 //! A row is viewed as `&[Block]` (the blocks are 2-aligned `Pod` structs; an
 //! unaligned row falls back to decode-then-dot). Each block widens its scale
-//! (and min) with one F16C conversion from memory ([`f16_pair`]) and its 32
-//! codes 8 bytes at a time ([`U8::bytes`]), adds `d·q·x` to its
+//! (and min) with one F16C conversion from memory ([`Simd::f16_pair`]) and
+//! its 32 codes 8 bytes at a time ([`U8Ops::bytes`]), adds `d·q·x` to its
 //! accumulators ([`block_fma`]; even and odd blocks use separate ones) and
 //! `m·Σx` (with `m = d·OFFSET` for the types without a min) to the offset,
 //! from the block sums of `x`.
 
-use super::simd::{f16_pair, whole, F8, U8};
-use super::{arr, fma, XSums, L};
+use super::simd::{whole, F8Ops, Simd, U8Ops};
+use super::{arr, XSums, L};
 use crate::format::ggml::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use bytemuck::Pod;
 
@@ -26,19 +26,28 @@ pub(super) trait Block32: Pod {
     /// (Widening them in integer registers instead measured the same for
     /// Q4_0 and a third slower for Q4_1.)
     #[inline(always)]
-    fn dm(&self) -> (f32, f32) {
+    fn dm<V: Simd>(&self) -> (f32, f32) {
         let b: &[u8] = bytemuck::bytes_of(self);
-        b.get(..8).and_then(arr).map_or((0.0, 0.0), f16_pair)
+        b.get(..8).and_then(arr).map_or((0.0, 0.0), V::f16_pair)
     }
     /// The 32 codes widened (without `OFFSET`), weights `8i..8i+8` in
     /// vector `i`.
-    fn codes(&self) -> [F8; 4];
+    fn codes<V: Simd>(&self) -> [V::F8; 4];
 }
 
 /// Dot of a row of `B` blocks with `x`; `None` if the row is not 2-aligned
-/// or the lengths disagree.
-#[inline(never)]
-pub(super) fn dot_blocks<B: Block32>(bytes: &[u8], x: &[f32], xs: &XSums) -> Option<f32> {
+/// or the lengths disagree. Runs out of line, in [`Simd::enter`].
+#[inline(always)]
+pub(super) fn dot_blocks<B: Block32, V: Simd>(bytes: &[u8], x: &[f32], xs: &XSums) -> Option<f32> {
+    V::enter(
+        #[inline(always)]
+        || blocks_dot::<B, V>(bytes, x, xs),
+    )
+}
+
+/// [`dot_blocks`]' body.
+#[inline(always)]
+fn blocks_dot<B: Block32, V: Simd>(bytes: &[u8], x: &[f32], xs: &XSums) -> Option<f32> {
     let blocks: &[B] = bytemuck::try_cast_slice(bytes).ok()?;
     let sums = xs.of(32);
     if x.len() != blocks.len() * L || sums.len() != blocks.len() {
@@ -46,7 +55,7 @@ pub(super) fn dot_blocks<B: Block32>(bytes: &[u8], x: &[f32], xs: &XSums) -> Opt
     }
     // One accumulator per block of a pair: each block's scaled sum waits
     // only on the previous block of the same parity.
-    let mut acc = [F8::zero(); 2];
+    let mut acc = [V::F8::zero(); 2];
     // Σ_b m_b·Σx_b, or Σ_b d_b·Σx_b (times OFFSET at the end).
     let mut off = [0f32; 2];
     let pairs = blocks.chunks_exact(2);
@@ -56,12 +65,12 @@ pub(super) fn dot_blocks<B: Block32>(bytes: &[u8], x: &[f32], xs: &XSums) -> Opt
     for ((b2, x2), s2) in pairs.zip(xp).zip(sp) {
         for (i, ((b, xb), &s)) in b2.iter().zip(x2.chunks_exact(L)).zip(s2).enumerate() {
             if let (Some(acc), Some(off), Some(xb)) = (acc.get_mut(i), off.get_mut(i), arr(xb)) {
-                block_fma(b, xb, s, acc, off);
+                block_fma::<B, V>(b, xb, s, acc, off);
             }
         }
     }
     if let (Some(b), Some(xb), Some(&s)) = (tail.first(), x.rchunks_exact(L).next(), sums.last()) {
-        block_fma(b, arr(xb)?, s, &mut acc[0], &mut off[0]);
+        block_fma::<B, V>(b, arr(xb)?, s, &mut acc[0], &mut off[0]);
     }
     let lanes = acc[0].add(acc[1]);
     let off = off[0] + off[1];
@@ -73,43 +82,43 @@ pub(super) fn dot_blocks<B: Block32>(bytes: &[u8], x: &[f32], xs: &XSums) -> Opt
 /// a min). The products are summed in one chain and scaled once: the
 /// kernel is bound by the two vector pipes that multiply and convert.
 #[inline(always)]
-fn block_fma<B: Block32>(b: &B, x: &[f32; L], s: f32, acc: &mut F8, off: &mut f32) {
-    let (d, m) = b.dm();
-    let p = whole(b.codes(), x);
-    *acc = F8::splat(d).fma(p, *acc);
+fn block_fma<B: Block32, V: Simd>(b: &B, x: &[f32; L], s: f32, acc: &mut V::F8, off: &mut f32) {
+    let (d, m) = b.dm::<V>();
+    let p = whole(b.codes::<V>(), x);
+    *acc = V::F8::splat(d).fma(p, *acc);
     let m = if B::HAS_MIN { m } else { d };
-    *off = fma(m, s, *off);
+    *off = V::fma(m, s, *off);
 }
 
 /// Codes of a 32-weight block from 16 nibble bytes (low nibbles are weights
 /// 0..16, high nibbles 16..32), bit 4 of weight j from bit j of `qh`.
 #[inline(always)]
-fn nibble_codes(qs: &[u8; 16], qh: Option<u32>) -> [F8; 4] {
+fn nibble_codes<V: Simd>(qs: &[u8; 16], qh: Option<u32>) -> [V::F8; 4] {
     let half = |i: usize| {
         qs.get(8 * i..8 * i + 8)
             .and_then(arr)
-            .map_or(U8::splat(0), U8::bytes)
+            .map_or(V::U8::splat(0), V::U8::bytes)
     };
     let (v0, v1) = (half(0), half(1));
     let mut q = [v0.and(15), v1.and(15), v0.shr(4), v1.shr(4)];
     if let Some(qh) = qh {
         for (i, q) in q.iter_mut().enumerate() {
             // Bits 8i..8i+8 of qh to bit 4 of lanes 0..8.
-            let h = U8::splat(((qh >> (8 * i)) & 0xff) << 4)
+            let h = V::U8::splat(((qh >> (8 * i)) & 0xff) << 4)
                 .shr_by_lane()
                 .and(16);
             *q = q.or(h);
         }
     }
-    q.map(U8::to_f32)
+    q.map(V::U8::to_f32)
 }
 
 impl Block32 for BlockQ4_0 {
     const OFFSET: f32 = -8.0;
     const HAS_MIN: bool = false;
     #[inline(always)]
-    fn codes(&self) -> [F8; 4] {
-        nibble_codes(&self.qs, None)
+    fn codes<V: Simd>(&self) -> [V::F8; 4] {
+        nibble_codes::<V>(&self.qs, None)
     }
 }
 
@@ -117,8 +126,8 @@ impl Block32 for BlockQ4_1 {
     const OFFSET: f32 = 0.0;
     const HAS_MIN: bool = true;
     #[inline(always)]
-    fn codes(&self) -> [F8; 4] {
-        nibble_codes(&self.qs, None)
+    fn codes<V: Simd>(&self) -> [V::F8; 4] {
+        nibble_codes::<V>(&self.qs, None)
     }
 }
 
@@ -126,8 +135,8 @@ impl Block32 for BlockQ5_0 {
     const OFFSET: f32 = -16.0;
     const HAS_MIN: bool = false;
     #[inline(always)]
-    fn codes(&self) -> [F8; 4] {
-        nibble_codes(&self.qs, Some(u32::from_le_bytes(self.qh)))
+    fn codes<V: Simd>(&self) -> [V::F8; 4] {
+        nibble_codes::<V>(&self.qs, Some(u32::from_le_bytes(self.qh)))
     }
 }
 
@@ -135,8 +144,8 @@ impl Block32 for BlockQ5_1 {
     const OFFSET: f32 = 0.0;
     const HAS_MIN: bool = true;
     #[inline(always)]
-    fn codes(&self) -> [F8; 4] {
-        nibble_codes(&self.qs, Some(u32::from_le_bytes(self.qh)))
+    fn codes<V: Simd>(&self) -> [V::F8; 4] {
+        nibble_codes::<V>(&self.qs, Some(u32::from_le_bytes(self.qh)))
     }
 }
 
@@ -144,10 +153,10 @@ impl Block32 for BlockQ8_0 {
     const OFFSET: f32 = 0.0;
     const HAS_MIN: bool = false;
     #[inline(always)]
-    fn codes(&self) -> [F8; 4] {
+    fn codes<V: Simd>(&self) -> [V::F8; 4] {
         std::array::from_fn(|i| {
             let b = self.qs.get(8 * i..8 * i + 8).and_then(arr);
-            b.map_or(F8::zero(), |b| U8::signed_bytes(b).to_f32())
+            b.map_or(V::F8::zero(), |b| V::U8::signed_bytes(b).to_f32())
         })
     }
 }

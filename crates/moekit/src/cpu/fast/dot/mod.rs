@@ -10,15 +10,21 @@
 //! block sums of `x` ([`XSums`], computed once per activation row).
 //!
 //! The GGUF kernels and the 2/4/8-bit affine ones are written with the 8-lane
-//! vectors of [`simd`] (AVX2 + FMA intrinsics in the project's x86-64-v3
-//! build, plain arrays otherwise): codes are widened from bytes 8 at a time
+//! vectors of [`simd`] (AVX2 + FMA intrinsics at the [`SimdLevel::Avx2`]
+//! level, plain arrays at [`SimdLevel::Portable`]): codes are widened from bytes 8 at a time
 //! (`vpmovzxbd`), split with shifts and masks, converted and multiplied into
 //! per-block sums, which are scaled into two pairs of accumulators (even and
 //! odd blocks, so no accumulator waits on the previous block's multiply-add).
 //! The 3/5/6-bit affine and dense kernels are plain Rust over fixed-size
 //! lane arrays (32 codes, 16 accumulator lanes) that LLVM vectorizes: fixed-
-//! size block views remove every bounds check, and [`fma`] maps to `vfmadd`
-//! when the build has FMA.
+//! size block views remove every bounds check, and [`Simd::fma`] maps to
+//! `vfmadd` at the AVX2 level.
+//!
+//! Every kernel is generic over the [`Simd`] level and its out-of-line
+//! bodies run inside [`Simd::enter`] (compiled with the level's target
+//! features); [`dot_rows`] picks the level once per call
+//! ([`simd_level`], detected once per process), [`dot_rows_at`] takes it
+//! as an argument.
 //! Formats without a fused kernel (mlx-native u8 codes, rows whose bytes are
 //! not 2-aligned) decode into a scratch row and use
 //! [`dot`](super::gather_mm::dot).
@@ -29,10 +35,14 @@ mod kquant;
 mod legacy;
 mod simd;
 
+#[cfg(target_arch = "x86_64")]
+use simd::Avx2;
+use simd::{Portable, Simd};
+
 use super::gather_mm::dot;
-use crate::error::Result;
+use crate::cpu::{simd_level, SimdLevel};
+use crate::error::{invalid, Result};
 use crate::format::{RawRow, RowDecoder, ScaleRow};
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use std::marker::PhantomData;
 
@@ -47,21 +57,11 @@ const A: usize = 16;
 /// Accumulator lanes.
 type Acc = [f32; A];
 
-/// `a·b + c`, fused when the build has FMA (one rounding), else multiply-add.
-#[inline(always)]
-fn fma(a: f32, b: f32, c: f32) -> f32 {
-    if cfg!(target_feature = "fma") {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
-    }
-}
-
 /// `t += q·x` folded to 16 lanes (an unscaled group accumulator).
 #[inline(always)]
-fn fold_fma(t: &mut Acc, q: &[f32; L], x: &[f32; L]) {
+fn fold_fma<V: Simd>(t: &mut Acc, q: &[f32; L], x: &[f32; L]) {
     for j in 0..A {
-        t[j] = fma(q[A + j], x[A + j], fma(q[j], x[j], t[j]));
+        t[j] = V::fma(q[A + j], x[A + j], V::fma(q[j], x[j], t[j]));
     }
 }
 
@@ -135,7 +135,7 @@ trait Widen: Copy {
 
     /// `dst[i] = src[i]` widened, for equal lengths (else nothing).
     #[inline(always)]
-    fn widen_into(src: &[Self], dst: &mut [f32]) {
+    fn widen_into<V: Simd>(src: &[Self], dst: &mut [f32]) {
         if src.len() == dst.len() {
             for (d, s) in dst.iter_mut().zip(src) {
                 *d = s.widen();
@@ -185,18 +185,23 @@ impl Widen for f16 {
         }
     }
 
-    /// Whole registers at a time with F16C (`vcvtph2ps` from memory), the
-    /// tail (< 8) one by one with scalar F16C: `half` pads a tail through a
-    /// stack buffer, and reading that back stalls store-to-load forwarding.
+    /// Whole registers at a time ([`Simd::f16x8`]: F16C's `vcvtph2ps` from
+    /// memory at the AVX2 level), the tail (< 8) one by one: `half` pads a
+    /// tail through a stack buffer, and reading that back stalls
+    /// store-to-load forwarding.
     #[inline(always)]
-    fn widen_into(src: &[Self], dst: &mut [f32]) {
+    fn widen_into<V: Simd>(src: &[Self], dst: &mut [f32]) {
         if src.len() == dst.len() {
             let n8 = src.len() & !7;
             let (s8, st) = src.split_at(n8);
             let (d8, dt) = dst.split_at_mut(n8);
-            s8.convert_to_f32_slice(d8);
+            for (d, s) in d8.chunks_exact_mut(8).zip(s8.chunks_exact(8)) {
+                if let (Ok(d), Some(s)) = (<&mut [f32; 8]>::try_from(d), arr(s)) {
+                    *d = V::f16x8(s);
+                }
+            }
             for (d, &s) in dt.iter_mut().zip(st) {
-                *d = s.to_f32();
+                *d = s.widen();
             }
         }
     }
@@ -303,16 +308,18 @@ trait RowKernel {
     /// `Σ_i w[i]·x[i]` of one stored row given the block sums of `x`;
     /// `None` if the row is not of this kernel's format or the lengths
     /// disagree (then the caller decodes and dots).
-    fn dot(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32>;
+    fn dot<V: Simd>(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32>;
 }
 
 /// Computes a run of rows with one kernel: the arguments of [`dot_rows`].
 type Run = fn(&RowDecoder<'_>, usize, usize, &[f32], &XSums, &mut [f32], &mut [f32]) -> Result<()>;
 
-/// [`dot_rows`] with kernel `K`, monomorphized so that each row's
-/// [`RawRow`] is read in place (a row passed by value through a function
-/// pointer was copied with overlapping stores and loads, stalling every row).
-fn run<K: RowKernel>(
+/// [`dot_rows`] with kernel `K` at level `V`, monomorphized so that each
+/// row's [`RawRow`] is read in place (a row passed by value through a
+/// function pointer was copied with overlapping stores and loads, stalling
+/// every row). The loop runs in [`Simd::enter`], so the kernel's inlined
+/// parts are compiled for the level too.
+fn run<K: RowKernel, V: Simd>(
     dec: &RowDecoder<'_>,
     e: usize,
     n0: usize,
@@ -321,17 +328,22 @@ fn run<K: RowKernel>(
     scratch: &mut [f32],
     out: &mut [f32],
 ) -> Result<()> {
-    for (n, o) in (n0..).zip(out.iter_mut()) {
-        let raw = dec.raw_row(e, n)?;
-        *o = match K::dot(&raw, x, xs) {
-            Some(v) => v,
-            None => {
-                dec.decode(e, n, scratch)?;
-                dot(scratch, x)
+    V::enter(
+        #[inline(always)]
+        move || {
+            for (n, o) in (n0..).zip(out.iter_mut()) {
+                let raw = dec.raw_row(e, n)?;
+                *o = match K::dot::<V>(&raw, x, xs) {
+                    Some(v) => v,
+                    None => {
+                        dec.decode(e, n, scratch)?;
+                        dot(scratch, x)
+                    }
+                };
             }
-        };
-    }
-    Ok(())
+            Ok(())
+        },
+    )
 }
 
 /// Formats without a fused kernel: decode each row, then dot.
@@ -339,26 +351,38 @@ struct Decode;
 
 impl RowKernel for Decode {
     #[inline(always)]
-    fn dot(_: &RawRow<'_>, _: &[f32], _: &XSums) -> Option<f32> {
+    fn dot<V: Simd>(_: &RawRow<'_>, _: &[f32], _: &XSums) -> Option<f32> {
         None
     }
 }
 
-/// The kernel run for rows stored like `raw`.
-fn run_for(raw: &RawRow<'_>) -> Run {
+/// The kernel run for rows stored like `raw`, at level `V`.
+fn run_for<V: Simd>(raw: &RawRow<'_>) -> Run {
     let fused = match raw {
-        RawRow::F32(_) => Some(run::<Dense<f32>> as Run),
-        RawRow::F16(_) => Some(run::<Dense<f16>> as Run),
-        RawRow::Bf16(_) => Some(run::<Dense<bf16>> as Run),
-        RawRow::Ggml(t, _) => Some(ggml::run_for(*t)),
+        RawRow::F32(_) => Some(run::<Dense<f32>, V> as Run),
+        RawRow::F16(_) => Some(run::<Dense<f16>, V> as Run),
+        RawRow::Bf16(_) => Some(run::<Dense<bf16>, V> as Run),
+        RawRow::Ggml(t, _) => Some(ggml::run_for::<V>(*t)),
         RawRow::Affine { params, scales, .. } => match scales {
-            ScaleRow::F32(_) => affine::run_for::<f32>(*params),
-            ScaleRow::F16(_) => affine::run_for::<f16>(*params),
-            ScaleRow::Bf16(_) => affine::run_for::<bf16>(*params),
+            ScaleRow::F32(_) => affine::run_for::<f32, V>(*params),
+            ScaleRow::F16(_) => affine::run_for::<f16, V>(*params),
+            ScaleRow::Bf16(_) => affine::run_for::<bf16, V>(*params),
         },
         RawRow::AffineU8 { .. } => None,
     };
-    fused.unwrap_or(run::<Decode>)
+    fused.unwrap_or(run::<Decode, V>)
+}
+
+/// The kernel run for rows stored like `raw` at `level` (`None` if this
+/// build has no kernels for the level).
+fn run_at(level: SimdLevel, raw: &RawRow<'_>) -> Option<Run> {
+    match level {
+        SimdLevel::Portable => Some(run_for::<Portable>(raw)),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => Some(run_for::<Avx2>(raw)),
+        #[allow(unreachable_patterns)] // reachable on other architectures
+        _ => None,
+    }
 }
 
 /// Dense rows of `T`: widened 32 weights at a time.
@@ -366,14 +390,19 @@ struct Dense<T>(PhantomData<T>);
 
 impl<T: Widen> RowKernel for Dense<T> {
     #[inline(always)]
-    fn dot(raw: &RawRow<'_>, x: &[f32], _: &XSums) -> Option<f32> {
-        dense(T::dense_row(*raw)?, x)
+    fn dot<V: Simd>(raw: &RawRow<'_>, x: &[f32], _: &XSums) -> Option<f32> {
+        let w = T::dense_row(*raw)?;
+        V::enter(
+            #[inline(always)]
+            || dense::<T, V>(w, x),
+        )
     }
 }
 
-/// `Σ_i w[i]·x[i]` for a dense row (`None` if the lengths differ).
-#[inline(never)]
-fn dense<T: Widen>(w: &[T], x: &[f32]) -> Option<f32> {
+/// `Σ_i w[i]·x[i]` for a dense row (`None` if the lengths differ); run out
+/// of line, in [`Simd::enter`].
+#[inline(always)]
+fn dense<T: Widen, V: Simd>(w: &[T], x: &[f32]) -> Option<f32> {
     if w.len() != x.len() {
         return None;
     }
@@ -387,8 +416,8 @@ fn dense<T: Widen>(w: &[T], x: &[f32]) -> Option<f32> {
         .sum();
     for (a, b) in cw.zip(cx) {
         let mut q = [0f32; L];
-        T::widen_into(a, &mut q);
-        fold_fma(&mut acc, &q, arr(b)?);
+        T::widen_into::<V>(a, &mut q);
+        fold_fma::<V>(&mut acc, &q, arr(b)?);
     }
     Some(lanes_sum(acc) + tail)
 }
@@ -409,8 +438,26 @@ pub fn dot_row(
 }
 
 /// `out[i] = Σ_k W[e, n0 + i, k]·x[k]` for every `i < out.len()`: [`dot_row`]
-/// for a run of rows, choosing the kernel once.
+/// for a run of rows, choosing the kernel once, at this process's
+/// [`simd_level`].
 pub fn dot_rows(
+    dec: &RowDecoder<'_>,
+    e: usize,
+    n0: usize,
+    x: &[f32],
+    xs: &XSums,
+    scratch: &mut [f32],
+    out: &mut [f32],
+) -> Result<()> {
+    dot_rows_at(simd_level(), dec, e, n0, x, xs, scratch, out)
+}
+
+/// [`dot_rows`] with the kernels of `level` (e.g. to compare
+/// [`SimdLevel::Portable`] with the detected level); an error if this CPU
+/// does not support the level ([`SimdLevel::is_supported`]).
+#[allow(clippy::too_many_arguments)] // dot_rows' arguments and the level
+pub fn dot_rows_at(
+    level: SimdLevel,
     dec: &RowDecoder<'_>,
     e: usize,
     n0: usize,
@@ -422,7 +469,20 @@ pub fn dot_rows(
     if out.is_empty() {
         return Ok(());
     }
-    run_for(&dec.raw_row(e, n0)?)(dec, e, n0, x, xs, scratch, out)
+    let run = if level.is_supported() {
+        run_at(level, &dec.raw_row(e, n0)?)
+    } else {
+        None
+    };
+    let Some(run) = run else {
+        return Err(invalid(
+            "dot_rows_at",
+            "level",
+            "a level this CPU supports",
+            level,
+        ));
+    };
+    run(dec, e, n0, x, xs, scratch, out)
 }
 
 #[cfg(test)]
