@@ -40,6 +40,7 @@
 pub mod arch;
 mod block;
 pub mod file;
+mod keys;
 pub mod value;
 
 pub use file::{GgufFile, SharedBytes, TensorInfo, TensorType};
@@ -118,6 +119,9 @@ impl GgufCheckpoint {
             .collect();
         moe_layers.sort_unstable();
         let first = moe_layers.first().copied();
+        if let Some(l) = first {
+            keys::check(&file, &arch, &family, l)?;
+        }
         let cfg = first
             .map(|l| arch::router_config(&file, &arch, &family, l))
             .transpose()?;
@@ -227,6 +231,7 @@ impl Checkpoint for GgufCheckpoint {
 
     fn moe_block(&self, layer: usize, progress: &dyn Fn(usize, usize)) -> Result<MoeBlock> {
         self.check_layer(layer)?;
+        keys::check(&self.file, &self.arch, &self.family, layer)?;
         block::build_block(&self.file, &self.arch, &self.family, layer, progress)
     }
 }
