@@ -349,4 +349,22 @@ mod tests {
         }
         assert!(NpyArray::parse(b"hello world", Path::new("g.npy")).is_err());
     }
+
+    /// What a header claims (its own length, the shape) is checked against
+    /// the bytes present before anything is allocated.
+    #[test]
+    fn header_claims_beyond_the_file_are_refused() {
+        let mut v2 = b"\x93NUMPY\x02\x00".to_vec();
+        v2.extend_from_slice(&u32::MAX.to_le_bytes());
+        v2.extend_from_slice(b"{'descr': '<f4'}");
+        let e = NpyArray::parse(&v2, Path::new("h.npy")).unwrap_err();
+        assert!(e.to_string().contains("truncated .npy header"), "{e}");
+        let mut a = NpyArray::from_f32(&[1.0, 2.0], &[2]);
+        a.shape = vec![1 << 40, 1 << 20];
+        let e = NpyArray::parse(&a.to_bytes(), Path::new("s.npy")).unwrap_err();
+        assert!(e.to_string().contains("data is 8 bytes"), "{e}");
+        a.shape = vec![1 << 40, 1 << 40];
+        let e = NpyArray::parse(&a.to_bytes(), Path::new("o.npy")).unwrap_err();
+        assert!(e.to_string().contains("shape overflows"), "{e}");
+    }
 }
