@@ -241,7 +241,7 @@ impl NpyArray {
                 .collect(),
             d => {
                 return Err(crate::error::invalid(
-                    "npy::to_f32",
+                    "npy_to_f32",
                     "dtype",
                     "f32, f16 or f64",
                     format!("{d:?}"),
@@ -254,7 +254,7 @@ impl NpyArray {
     pub fn bf16_bits_to_f32(&self) -> Result<Vec<f32>> {
         crate::error::ensure(
             self.dtype == NpyDType::U16,
-            "npy::bf16_bits_to_f32",
+            "npy_bf16_bits_to_f32",
             "dtype",
             "U16",
             format!("{:?}", self.dtype),
@@ -268,7 +268,7 @@ impl NpyArray {
     /// Values as u32 (from u8, u16, u32, i32 ≥ 0 or i64 ≥ 0 arrays).
     pub fn to_u32(&self) -> Result<Vec<u32>> {
         let neg =
-            || crate::error::invalid("npy::to_u32", "values", "non-negative", "a negative value");
+            || crate::error::invalid("npy_to_u32", "values", "non-negative", "a negative value");
         Ok(match self.dtype {
             NpyDType::U8 => self.data.iter().map(|&b| b as u32).collect(),
             NpyDType::U16 => self
@@ -286,7 +286,7 @@ impl NpyArray {
                 .collect::<Result<_>>()?,
             d => {
                 return Err(crate::error::invalid(
-                    "npy::to_u32",
+                    "npy_to_u32",
                     "dtype",
                     "an integer dtype",
                     format!("{d:?}"),
@@ -307,7 +307,7 @@ impl NpyArray {
             NpyDType::I32 => DType::I32,
             d => {
                 return Err(crate::error::invalid(
-                    "npy::to_tensor",
+                    "npy_to_tensor",
                     "dtype",
                     "f32, f16, u16, u8, u32 or i32",
                     format!("{d:?}"),

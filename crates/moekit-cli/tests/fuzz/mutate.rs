@@ -134,6 +134,20 @@ pub struct Field {
     pub what: String,
 }
 
+/// A float to write into an `f32` / `f64` metadata value.
+fn special_float(r: &mut Rng) -> f64 {
+    *r.pick(&[
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        0.0,
+        -1.0,
+        1e38,
+        -1e-45,
+        f64::MAX,
+    ])
+}
+
 /// Overwrites a random one of `fields` with a [`special`] value.
 pub fn field(r: &mut Rng, b: &mut [u8], fields: &[Field], kind: &str) -> Option<String> {
     if fields.is_empty() {
@@ -141,9 +155,32 @@ pub fn field(r: &mut Rng, b: &mut [u8], fields: &[Field], kind: &str) -> Option<
     }
     let f = r.pick(fields);
     let slot = b.get_mut(f.pos..f.pos + f.width)?;
+    if f.what.starts_with("float ") {
+        let v = special_float(r);
+        match f.width {
+            4 => slot.copy_from_slice(&(v as f32).to_le_bytes()),
+            _ => slot.copy_from_slice(&v.to_le_bytes()),
+        }
+        return Some(format!("{kind} {} at byte {} := {v}", f.what, f.pos));
+    }
+    if let Some(rest) = f.what.strip_prefix("dims ") {
+        // Swap two dimensions of a tensor (same element count).
+        let n = f.width / 8;
+        let (i, j) = (r.below(n), r.below(n));
+        let (a, c) = (f.pos + 8 * i, f.pos + 8 * j);
+        for k in 0..8 {
+            b.swap(a + k, c + k);
+        }
+        return Some(format!("{kind} swapped ne[{i}] and ne[{j}] of {rest}"));
+    }
     let mut old = [0u8; 8];
     old[..f.width].copy_from_slice(slot);
-    let v = special(r, u64::from_le_bytes(old));
+    let v = if f.what.starts_with("ggml type") && r.chance(70) {
+        // Another real type: sizes and block shapes no longer match.
+        *r.pick(&[0u64, 1, 2, 3, 6, 7, 8, 10, 12, 14, 16, 24, 30, 39])
+    } else {
+        special(r, u64::from_le_bytes(old))
+    };
     slot.copy_from_slice(&v.to_le_bytes()[..f.width]);
     let shown = if f.width == 4 { v as u32 as u64 } else { v };
     Some(format!(
@@ -186,6 +223,14 @@ pub fn gguf_fields(b: &[u8]) -> Vec<Field> {
         let npos = c.pos;
         let Some(nd) = c.u32() else { return out };
         f(&mut out, npos, 4, format!("n_dims of `{name}`"));
+        if (2..=4).contains(&nd) {
+            f(
+                &mut out,
+                c.pos,
+                8 * nd as usize,
+                format!("dims of `{name}`"),
+            );
+        }
         for d in 0..nd.min(8) {
             f(&mut out, c.pos, 8, format!("ne[{d}] of `{name}`"));
             c.u64();
@@ -243,11 +288,16 @@ impl Cursor<'_> {
             _ => None,
         };
         if let Some(w) = width {
-            if matches!(ty, 4 | 5 | 10 | 11) {
+            let what = match ty {
+                4 | 5 | 10 | 11 => Some(format!("value of `{key}`")),
+                6 | 12 => Some(format!("float value of `{key}`")),
+                _ => None,
+            };
+            if let Some(what) = what {
                 out.push(Field {
                     pos: self.pos,
                     width: w,
-                    what: format!("value of `{key}`"),
+                    what,
                 });
             }
             self.pos += w;

@@ -92,7 +92,7 @@ impl GgufCheckpoint {
         };
         let family = Family::of(&arch).ok_or_else(|| {
             unsupported(
-                "load::gguf",
+                "gguf",
                 format!(
                     "{}: architecture `{arch}` is not supported (supported: {})",
                     file.path().display(),
@@ -174,7 +174,7 @@ impl GgufCheckpoint {
     }
 
     fn check_layer(&self, layer: usize) -> Result<()> {
-        const OP: &str = "GgufCheckpoint::moe_block";
+        const OP: &str = "moe_block";
         let s = &self.summary;
         let path = self.file.path().display();
         if layer >= s.n_layers {

@@ -260,7 +260,7 @@ fn expect_str(f: &Fields<'_>, key: &str, allowed: &[&str], model_type: &str) -> 
         Ok(v.to_string())
     } else {
         Err(crate::error::unsupported(
-            "safetensors::open",
+            "safetensors",
             format!("{model_type}: {key} = {v:?} (supported: {allowed:?})"),
         ))
     }
@@ -322,7 +322,7 @@ impl ModelConfig {
                 }
                 if mt == "olmoe" && f.bool_or("mlp_bias", false)? {
                     return Err(crate::error::unsupported(
-                        "safetensors::open",
+                        "safetensors",
                         "olmoe with mlp_bias = true (expert biases)",
                     ));
                 }
@@ -401,7 +401,7 @@ impl ModelConfig {
             }
             other => {
                 return Err(crate::error::unsupported(
-                    "safetensors::open",
+                    "safetensors",
                     format!(
                         "{}: model_type {other:?} (supported: {})",
                         path.display(),

@@ -25,7 +25,7 @@ use crate::ops::route::{RouterConfig, RouterKind};
 use crate::tensor::{Bytes, Tensor};
 use std::cell::Cell;
 
-const OP: &str = "safetensors::moe_block";
+const OP: &str = "moe_block";
 
 /// How the routed experts are stored.
 enum Experts {
