@@ -38,6 +38,9 @@ pub struct RunArgs {
     /// Activation dtype the layer runs in: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
+    /// Warn instead of failing (exit 1) when output values are NaN or ±inf.
+    #[arg(long)]
+    pub allow_non_finite: bool,
 }
 
 /// `auto` → CUDA device 0 when usable, else the CPU.
@@ -209,9 +212,8 @@ pub fn run(a: &RunArgs) -> Result<(), AnyErr> {
     );
     println!("architecture {}", s.arch);
     println!(
-        "layer        {layer} of {} (MoE layers: {})",
-        s.n_layers,
-        s.moe_layers.len()
+        "{}",
+        layer_line(layer, a.layer.is_none(), s.n_layers, &s.moe_layers)
     );
     println!("formats      {}", formats_of(&block));
     println!(
@@ -233,19 +235,68 @@ pub fn run(a: &RunArgs) -> Result<(), AnyErr> {
         println!("memory       peak RSS {kb} kB");
     }
     let yv = y.to_f32_vec()?;
+    println!("output       {}", output_summary(&yv, t, hidden));
     if let Some(out) = &a.output {
         NpyArray::from_f32(&yv, &[t, hidden]).write(out)?;
-        println!("output       {}", out.display());
+        println!("written to   {}", out.display());
     }
     let bad = yv.iter().filter(|v| !v.is_finite()).count();
     if bad > 0 {
-        return Err(format!(
+        let msg = format!(
             "{bad} of {} output values are not finite (NaN or ±inf): check the layer's weights",
             yv.len()
-        )
-        .into());
+        );
+        if !a.allow_non_finite {
+            return Err(format!("{msg} (--allow-non-finite makes this a warning)").into());
+        }
+        eprintln!("moekit: warning: {msg}");
     }
     Ok(())
+}
+
+/// The `layer` line of `run`: which block ran and whether it was the default.
+fn layer_line(layer: usize, default: bool, n_layers: usize, moe: &[usize]) -> String {
+    let how = if default {
+        format!(
+            "the first of {} MoE layers, by default; --layer picks another",
+            moe.len()
+        )
+    } else {
+        format!("{} MoE layers", moe.len())
+    };
+    format!("layer        {layer} of {n_layers} blocks ({how})")
+}
+
+/// `[T, H]`, mean, RMS (over the finite values) and an FNV-1a 64-bit
+/// checksum of the values' little-endian f32 bytes, to compare runs without
+/// writing `--output`.
+fn output_summary(y: &[f32], t: usize, hidden: usize) -> String {
+    let mut sum = 0f64;
+    let mut sq = 0f64;
+    let mut n = 0usize;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in y {
+        for b in v.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        if v.is_finite() {
+            sum += f64::from(*v);
+            sq += f64::from(*v) * f64::from(*v);
+            n += 1;
+        }
+    }
+    let d = n.max(1) as f64;
+    let bad = y.len() - n;
+    let note = if bad > 0 {
+        format!(" ({bad} not finite, left out of mean and RMS)")
+    } else {
+        String::new()
+    };
+    format!(
+        "[{t}, {hidden}] mean {:.6e}, RMS {:.6e}, checksum {h:016x} (FNV-1a of the f32 bytes){note}",
+        sum / d,
+        (sq / d).sqrt()
+    )
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`).

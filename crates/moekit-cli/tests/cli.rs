@@ -457,6 +457,126 @@ fn pipes_and_non_finite_outputs_are_errors() {
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("not finite"), "{err}");
+    assert!(err.contains("--allow-non-finite"), "{err}");
     assert!(out.exists(), "the output is still written");
+    // --allow-non-finite: a warning and exit 0; the summary counts them.
+    let o = moekit(&[
+        "run",
+        "--model",
+        bad.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--allow-non-finite",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("moekit: warning:") && err.contains("not finite"),
+        "{err}"
+    );
+    assert!(
+        stdout.contains("not finite, left out of mean and RMS"),
+        "{stdout}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The numbers after `name ` on the `output` line of `run`.
+fn summary_field(stdout: &str, name: &str) -> String {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("output "))
+        .unwrap_or_else(|| panic!("no output line:\n{stdout}"));
+    let rest = &line[line.find(&format!("{name} ")).expect(name) + name.len() + 1..];
+    rest.split([',', ' ']).next().unwrap().to_string()
+}
+
+/// Without `--output`, `run` prints the output's shape, mean, RMS and an
+/// FNV-1a checksum; they are those of the array `--output` writes.
+#[test]
+fn run_prints_an_output_summary() {
+    let fx = root().join("fixtures/gguf");
+    let args = |extra: &[&str]| {
+        let mut v = vec![
+            "run".to_string(),
+            "--model".into(),
+            fx.join("qwen3moe_f32.gguf").to_str().unwrap().into(),
+            "--input".into(),
+            fx.join("qwen3moe_f32_x.npy").to_str().unwrap().into(),
+            "--device".into(),
+            "cpu".into(),
+        ];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let run = |v: Vec<String>| {
+        let v: Vec<&str> = v.iter().map(String::as_str).collect();
+        let o = moekit(&v);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let plain = run(args(&[]));
+    assert!(plain.contains("output       [4, 256] mean "), "{plain}");
+    let out = std::env::temp_dir().join(format!("moekit-cli-sum-{}.npy", std::process::id()));
+    let written = run(args(&["--output", out.to_str().unwrap()]));
+    let y = npy_f32(&out);
+    let _ = std::fs::remove_file(&out);
+    let n = y.len() as f64;
+    let mean = y.iter().map(|&v| v as f64).sum::<f64>() / n;
+    let rms = (y.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / n).sqrt();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in y.iter().flat_map(|v| v.to_le_bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    for stdout in [&plain, &written] {
+        let m: f64 = summary_field(stdout, "mean").parse().unwrap();
+        let r: f64 = summary_field(stdout, "RMS").parse().unwrap();
+        assert!((m - mean).abs() <= 1e-6 * rms, "mean {m} vs {mean}");
+        assert!((r - rms).abs() <= 1e-6 * rms, "RMS {r} vs {rms}");
+        assert_eq!(summary_field(stdout, "checksum"), format!("{h:016x}"));
+    }
+}
+
+/// `run` without `--layer` runs the first MoE layer and says so; the
+/// all-MoE safetensors fixtures' `out.npy` is of layer 1 (`meta.json`), so
+/// it matches with `--layer 1` only.
+#[test]
+fn run_states_the_layer_it_ran() {
+    let d = root().join("fixtures/st/mixtral_hf");
+    let out = std::env::temp_dir().join(format!("moekit-cli-layer-{}.npy", std::process::id()));
+    let mut nmses = Vec::new();
+    for layer in [None, Some("1")] {
+        let mut v = vec![
+            "run",
+            "--model",
+            d.to_str().unwrap(),
+            "--input",
+            "",
+            "--output",
+            out.to_str().unwrap(),
+            "--device",
+            "cpu",
+        ];
+        let x = d.join("x.npy");
+        v[4] = x.to_str().unwrap();
+        if let Some(l) = layer {
+            v.extend(["--layer", l]);
+        }
+        let o = moekit(&v);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let want = match layer {
+            None => "layer        0 of 2 blocks (the first of 2 MoE layers, by default; --layer picks another)",
+            Some(_) => "layer        1 of 2 blocks (2 MoE layers)",
+        };
+        assert!(stdout.contains(want), "{stdout}");
+        nmses.push(nmse(&npy_f32(&out), &npy_f32(&d.join("out.npy"))));
+    }
+    let _ = std::fs::remove_file(&out);
+    assert!(
+        nmses[0] > 1e-3,
+        "layer 0 should differ from the layer-1 reference"
+    );
+    assert!(nmses[1] <= NMSE_BOUND, "layer 1: NMSE {}", nmses[1]);
 }

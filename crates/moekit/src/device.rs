@@ -21,7 +21,7 @@ impl Device {
             "cuda" => Ok(Device::Cuda(0)),
             _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
                 Some(Ok(n)) => Ok(Device::Cuda(n)),
-                _ => Err(invalid("Device::parse", "device", "cpu, cuda or cuda:N", s)),
+                _ => Err(invalid("device", "device", "cpu, cuda or cuda:N", s)),
             },
         }
     }

@@ -40,7 +40,7 @@ pub struct MoeTrace {
 impl MoeBlock {
     /// Checks that all parts agree on E, H and I.
     pub fn new(p: MoeBlockParts) -> Result<MoeBlock> {
-        const OP: &str = "MoeBlock::new";
+        const OP: &str = "moe_block";
         let (e, h, i) = (
             p.router.n_experts,
             p.gate_up.hidden(),
@@ -125,10 +125,10 @@ impl MoeBlock {
 
     /// Runs the block into a preallocated `out [T, H]` of `x`'s dtype.
     pub fn forward_into(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
-        check_shape("MoeBlock::forward_into", "out", out, x.shape())?;
+        check_shape("forward", "out", out, x.shape())?;
         ensure(
             out.dtype() == x.dtype(),
-            "MoeBlock::forward_into",
+            "forward",
             "out",
             format!("dtype {}", x.dtype()),
             out.dtype(),
@@ -144,7 +144,7 @@ impl MoeBlock {
 
     /// Runs the block with an explicit backend and path.
     pub fn forward_with(&self, backend: Backend, path: MoePath, x: &Tensor) -> Result<MoeTrace> {
-        const OP: &str = "MoeBlock::forward";
+        const OP: &str = "forward";
         check_float(OP, "x", x, 2)?;
         match crate::plan::plan(&self.p, backend, x, path)?.path {
             MoePath::Decode => {

@@ -241,7 +241,7 @@ impl NpyArray {
                 .collect(),
             d => {
                 return Err(crate::error::invalid(
-                    "npy::to_f32",
+                    "npy_to_f32",
                     "dtype",
                     "f32, f16 or f64",
                     format!("{d:?}"),
@@ -254,7 +254,7 @@ impl NpyArray {
     pub fn bf16_bits_to_f32(&self) -> Result<Vec<f32>> {
         crate::error::ensure(
             self.dtype == NpyDType::U16,
-            "npy::bf16_bits_to_f32",
+            "npy_bf16_bits_to_f32",
             "dtype",
             "U16",
             format!("{:?}", self.dtype),
@@ -268,7 +268,7 @@ impl NpyArray {
     /// Values as u32 (from u8, u16, u32, i32 ≥ 0 or i64 ≥ 0 arrays).
     pub fn to_u32(&self) -> Result<Vec<u32>> {
         let neg =
-            || crate::error::invalid("npy::to_u32", "values", "non-negative", "a negative value");
+            || crate::error::invalid("npy_to_u32", "values", "non-negative", "a negative value");
         Ok(match self.dtype {
             NpyDType::U8 => self.data.iter().map(|&b| b as u32).collect(),
             NpyDType::U16 => self
@@ -286,7 +286,7 @@ impl NpyArray {
                 .collect::<Result<_>>()?,
             d => {
                 return Err(crate::error::invalid(
-                    "npy::to_u32",
+                    "npy_to_u32",
                     "dtype",
                     "an integer dtype",
                     format!("{d:?}"),
@@ -307,7 +307,7 @@ impl NpyArray {
             NpyDType::I32 => DType::I32,
             d => {
                 return Err(crate::error::invalid(
-                    "npy::to_tensor",
+                    "npy_to_tensor",
                     "dtype",
                     "f32, f16, u16, u8, u32 or i32",
                     format!("{d:?}"),
@@ -348,5 +348,23 @@ mod tests {
             assert!(NpyArray::parse(&a[..cut], Path::new("t.npy")).is_err());
         }
         assert!(NpyArray::parse(b"hello world", Path::new("g.npy")).is_err());
+    }
+
+    /// What a header claims (its own length, the shape) is checked against
+    /// the bytes present before anything is allocated.
+    #[test]
+    fn header_claims_beyond_the_file_are_refused() {
+        let mut v2 = b"\x93NUMPY\x02\x00".to_vec();
+        v2.extend_from_slice(&u32::MAX.to_le_bytes());
+        v2.extend_from_slice(b"{'descr': '<f4'}");
+        let e = NpyArray::parse(&v2, Path::new("h.npy")).unwrap_err();
+        assert!(e.to_string().contains("truncated .npy header"), "{e}");
+        let mut a = NpyArray::from_f32(&[1.0, 2.0], &[2]);
+        a.shape = vec![1 << 40, 1 << 20];
+        let e = NpyArray::parse(&a.to_bytes(), Path::new("s.npy")).unwrap_err();
+        assert!(e.to_string().contains("data is 8 bytes"), "{e}");
+        a.shape = vec![1 << 40, 1 << 40];
+        let e = NpyArray::parse(&a.to_bytes(), Path::new("o.npy")).unwrap_err();
+        assert!(e.to_string().contains("shape overflows"), "{e}");
     }
 }

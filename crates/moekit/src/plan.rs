@@ -68,7 +68,7 @@ fn decode_refusal(p: &MoeBlockParts, x: &Tensor) -> Option<String> {
 /// Chooses the path for `parts` on `x` with `backend`; `forced` other than
 /// [`MoePath::Auto`] is taken if it applies, else an error with the reason.
 pub fn plan(parts: &MoeBlockParts, backend: Backend, x: &Tensor, forced: MoePath) -> Result<Plan> {
-    const OP: &str = "MoeBlock::forward";
+    const OP: &str = "forward";
     let mut refused = Vec::new();
     let cuda = backend == Backend::Cuda;
     let decode = if cuda {

@@ -52,7 +52,7 @@ impl Bytes {
         let total = (*data).as_ref().len();
         ensure(
             range.start <= range.end && range.end <= total,
-            "Bytes::shared",
+            "shared",
             "range",
             format!("a range inside 0..{total}"),
             format!("{range:?}"),
@@ -134,7 +134,7 @@ impl Tensor {
         let need = numel_of(shape) * dtype.size();
         ensure(
             bytes.len() == need,
-            "Tensor::from_bytes",
+            "from_bytes",
             "bytes",
             format!("{need} bytes for {dtype} {}", shape_str(shape)),
             format!("{} bytes", bytes.len()),
@@ -159,7 +159,7 @@ impl Tensor {
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
         ensure(
             data.len() == numel_of(shape),
-            "Tensor::from_slice",
+            "from_slice",
             "data",
             format!(
                 "{} elements for shape {}",
@@ -181,12 +181,7 @@ impl Tensor {
             DType::F32 => Tensor::from_slice(data, shape),
             DType::F16 => Tensor::from_slice(&convert::<f16>(data), shape),
             DType::Bf16 => Tensor::from_slice(&convert::<bf16>(data), shape),
-            other => Err(invalid(
-                "Tensor::from_f32",
-                "dtype",
-                "f32, f16 or bf16",
-                other,
-            )),
+            other => Err(invalid("from_f32", "dtype", "f32, f16 or bf16", other)),
         }
     }
 
@@ -227,7 +222,7 @@ impl Tensor {
     pub fn bytes(&self) -> Result<&[u8]> {
         match &self.storage {
             Storage::Cpu(b) => Ok(b.as_slice()),
-            Storage::Cuda(_) => Err(on_device("Tensor::bytes", self.device())),
+            Storage::Cuda(_) => Err(on_device("bytes", self.device())),
         }
     }
 
@@ -236,7 +231,7 @@ impl Tensor {
         let dev = self.device();
         match &mut self.storage {
             Storage::Cpu(b) => Ok(b.make_mut()),
-            Storage::Cuda(_) => Err(on_device("Tensor::bytes_mut", dev)),
+            Storage::Cuda(_) => Err(on_device("bytes_mut", dev)),
         }
     }
 
@@ -245,7 +240,7 @@ impl Tensor {
         match &self.storage {
             Storage::Cuda(c) => Ok(c),
             Storage::Cpu(_) => Err(invalid(
-                "Tensor::cuda_bytes",
+                "cuda_bytes",
                 "tensor",
                 "a CUDA tensor",
                 "a CPU tensor",
@@ -316,7 +311,7 @@ impl Tensor {
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         ensure(
             numel_of(shape) == self.numel(),
-            "Tensor::reshape",
+            "reshape",
             "shape",
             format!("{} elements", self.numel()),
             format!("{} ({} elements)", shape_str(shape), numel_of(shape)),
@@ -336,7 +331,7 @@ impl Tensor {
         let need = numel_of(shape) * dtype.size();
         ensure(
             bytes.len() == need,
-            "Tensor::from_cuda_bytes",
+            "from_cuda_bytes",
             "bytes",
             format!("{need} bytes"),
             bytes.len(),
@@ -352,7 +347,7 @@ impl Tensor {
     /// storage in place — on a CUDA tensor without reallocating, so the
     /// address stays valid for a captured CUDA graph.
     pub fn copy_from(&mut self, src: &Tensor) -> Result<()> {
-        const OP: &str = "Tensor::copy_from";
+        const OP: &str = "copy_from";
         ensure(
             src.dtype == self.dtype,
             OP,
@@ -385,7 +380,7 @@ impl Tensor {
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
         ensure(
             self.dtype == T::DTYPE,
-            "Tensor::as_slice",
+            "as_slice",
             "T",
             self.dtype,
             T::DTYPE,
@@ -393,7 +388,7 @@ impl Tensor {
         let b = self.bytes()?;
         bytemuck::try_cast_slice(b).map_err(|e| {
             invalid(
-                "Tensor::as_slice",
+                "as_slice",
                 "storage",
                 format!("{}-byte aligned data", std::mem::align_of::<T>()),
                 e,
@@ -405,7 +400,7 @@ impl Tensor {
     pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T]> {
         ensure(
             self.dtype == T::DTYPE,
-            "Tensor::as_mut_slice",
+            "as_mut_slice",
             "T",
             self.dtype,
             T::DTYPE,
@@ -413,7 +408,7 @@ impl Tensor {
         let b = self.bytes_mut()?;
         bytemuck::try_cast_slice_mut(b).map_err(|e| {
             invalid(
-                "Tensor::as_mut_slice",
+                "as_mut_slice",
                 "storage",
                 format!("{}-byte aligned data", std::mem::align_of::<T>()),
                 e,
@@ -427,12 +422,7 @@ impl Tensor {
             DType::F32 => Ok(self.as_slice::<f32>()?.to_vec()),
             DType::F16 => Ok(widen(self.as_slice::<f16>()?)),
             DType::Bf16 => Ok(widen(self.as_slice::<bf16>()?)),
-            other => Err(invalid(
-                "Tensor::to_f32_vec",
-                "dtype",
-                "f32, f16 or bf16",
-                other,
-            )),
+            other => Err(invalid("to_f32_vec", "dtype", "f32, f16 or bf16", other)),
         }
     }
 

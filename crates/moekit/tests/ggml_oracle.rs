@@ -117,23 +117,23 @@ fn wrong_lengths_are_rejected() -> moekit::Result<()> {
         // out not a multiple of the block size.
         assert_invalid(
             dequantize_row(ty, &bytes, &mut vec![0f32; 2 * bs - 1]),
-            "ggml::dequantize_row",
+            "ggml_dequantize_row",
             "out",
         );
         // bytes for 2 blocks, out for 1 or 3.
         assert_invalid(
             dequantize_row(ty, &bytes, &mut vec![0f32; bs]),
-            "ggml::dequantize_row",
+            "ggml_dequantize_row",
             "bytes",
         );
         assert_invalid(
             dequantize_row(ty, &bytes, &mut vec![0f32; 3 * bs]),
-            "ggml::dequantize_row",
+            "ggml_dequantize_row",
             "bytes",
         );
         assert_invalid(
             dequantize_row(ty, &bytes[1..], &mut vec![0f32; 2 * bs]),
-            "ggml::dequantize_row",
+            "ggml_dequantize_row",
             "bytes",
         );
         // Empty row is fine.
@@ -142,12 +142,12 @@ fn wrong_lengths_are_rejected() -> moekit::Result<()> {
         let mut out = vec![0u8; 2 * ts];
         assert_invalid(
             quantize_row(ty, &vec![0f32; 2 * bs + 1], &mut out),
-            "ggml::quantize_row",
+            "ggml_quantize_row",
             "src",
         );
         assert_invalid(
             quantize_row(ty, &vec![0f32; bs], &mut out),
-            "ggml::quantize_row",
+            "ggml_quantize_row",
             "out",
         );
     }
@@ -167,7 +167,7 @@ fn quantize_k_types_is_unsupported() {
         matches!(
             r,
             Err(Error::Unsupported {
-                op: "ggml::quantize_row",
+                op: "ggml_quantize_row",
                 ..
             })
         ),

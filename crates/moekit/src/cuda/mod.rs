@@ -92,7 +92,7 @@ impl std::fmt::Debug for CudaDevice {
 
 impl CudaDevice {
     fn open(ordinal: usize) -> Result<CudaDevice> {
-        let ctx = CudaContext::new(ordinal).map_err(cuda_err("CudaContext::new"))?;
+        let ctx = CudaContext::new(ordinal).map_err(cuda_err("create CUDA context"))?;
         // One stream per device orders every op; cudarc's per-buffer event
         // tracking would only add work (and host-visible events) to that.
         // SAFETY: all buffers of this context are used on `stream` only.
@@ -249,7 +249,7 @@ pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
     let n = available()?;
     if ordinal >= n {
         return Err(crate::error::invalid(
-            "cuda::device",
+            "cuda_device",
             "ordinal",
             format!("< {n} (devices present)"),
             ordinal,

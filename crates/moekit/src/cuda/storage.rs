@@ -65,7 +65,7 @@ impl CudaBytes {
     pub fn zero_range(&self, offset: usize, len: usize) -> Result<()> {
         crate::error::ensure(
             offset + len <= self.len,
-            "CudaBytes::zero_range",
+            "zero_range",
             "range",
             format!("inside {} bytes", self.len),
             offset + len,
@@ -112,7 +112,7 @@ impl CudaBytes {
     pub fn copy_from_device(&self, src: &CudaBytes) -> Result<()> {
         crate::error::ensure(
             src.len == self.len,
-            "CudaBytes::copy_from_device",
+            "copy_from_device",
             "src",
             format!("{} bytes", self.len),
             src.len,
@@ -133,7 +133,7 @@ impl CudaBytes {
     pub fn copy_from_host(&self, src: &[u8]) -> Result<()> {
         crate::error::ensure(
             src.len() == self.len,
-            "CudaBytes::copy_from_host",
+            "copy_from_host",
             "src",
             format!("{} bytes", self.len),
             src.len(),

@@ -159,7 +159,7 @@ pub fn quantize<S: Float>(
     bits: u32,
     group_size: usize,
 ) -> Result<AffineQuantized<S>> {
-    const OP: &str = "affine::quantize";
+    const OP: &str = "affine_quantize";
     let (numel, words_per_row, groups_per_row) = check_matrix(OP, rows, cols, bits, group_size)?;
     ensure(
         w.len() == numel,
@@ -326,7 +326,7 @@ pub fn dequantize_row<S: Float>(
     biases: &[S],
     out: &mut [f32],
 ) -> Result<()> {
-    const OP: &str = "affine::dequantize_row";
+    const OP: &str = "affine_dequantize_row";
     let k = out.len();
     check_params(OP, bits, group_size)?;
     ensure(
@@ -383,7 +383,7 @@ pub fn dequantize_u8_row(
     biases: &[f32],
     out: &mut [f32],
 ) -> Result<()> {
-    const OP: &str = "affine::dequantize_u8_row";
+    const OP: &str = "dequantize_u8_row";
     let k = out.len();
     ensure(group_size > 0, OP, "group_size", "> 0", group_size)?;
     ensure(
@@ -431,7 +431,7 @@ pub fn dequantize_u8_row(
 ///
 /// `codes.len()` must be a multiple of 32 and every code below `2^bits`.
 pub fn pack_codes(bits: u32, codes: &[u8]) -> Result<Vec<u32>> {
-    const OP: &str = "affine::pack_codes";
+    const OP: &str = "pack_codes";
     ensure(
         SUPPORTED_BITS.contains(&bits),
         OP,
@@ -475,7 +475,7 @@ pub fn pack_codes(bits: u32, codes: &[u8]) -> Result<Vec<u32>> {
 ///
 /// `packed.len()` must be a multiple of `bits` (32 codes per `bits` words).
 pub fn unpack_codes(bits: u32, packed: &[u32]) -> Result<Vec<u8>> {
-    const OP: &str = "affine::unpack_codes";
+    const OP: &str = "unpack_codes";
     ensure(
         SUPPORTED_BITS.contains(&bits),
         OP,
@@ -518,7 +518,7 @@ pub fn random_quantized<S: Float>(
     group_size: usize,
     seed: u64,
 ) -> Result<AffineQuantized<S>> {
-    const OP: &str = "affine::random_quantized";
+    const OP: &str = "random_quantized";
     let (_, words_per_row, groups_per_row) = check_matrix(OP, rows, cols, bits, group_size)?;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut packed = vec![0u32; rows * words_per_row];

@@ -62,7 +62,7 @@ impl WeightFormat {
         }
         let bad = || {
             invalid(
-                "WeightFormat::parse",
+                "format",
                 "format",
                 "f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k..q6_k|affine<bits>[-g<group>]|affine-u8[-g<group>]",
                 s,
@@ -83,7 +83,7 @@ impl WeightFormat {
         } else {
             return Err(bad());
         };
-        f.validate("WeightFormat::parse")?;
+        f.validate("format")?;
         Ok(f)
     }
 
@@ -494,7 +494,7 @@ pub enum RawRow<'a> {
 impl<'a> RowDecoder<'a> {
     /// The stored bytes of row `n` of expert `e`.
     pub fn raw_row(&self, e: usize, n: usize) -> Result<RawRow<'a>> {
-        const OP: &str = "RowDecoder::raw_row";
+        const OP: &str = "raw_row";
         // Hot path: build error messages only on failure.
         if n >= self.rows {
             return Err(invalid(OP, "n", format!("< {}", self.rows), n));
@@ -551,7 +551,7 @@ impl<'a> RowDecoder<'a> {
     pub fn decode(&self, e: usize, n: usize, out: &mut [f32]) -> Result<()> {
         if out.len() != self.cols {
             return Err(invalid(
-                "RowDecoder::decode",
+                "decode",
                 "out",
                 format!("len {}", self.cols),
                 out.len(),
@@ -578,7 +578,7 @@ impl<'a> RowDecoder<'a> {
                 }
                 _ => {
                     return Err(invalid(
-                        "RowDecoder::decode",
+                        "decode",
                         "biases",
                         "the dtype of scales",
                         "another dtype",

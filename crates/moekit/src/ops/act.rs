@@ -69,7 +69,7 @@ pub enum GateUp {
 impl GateUp {
     /// Separate gate and up weights; they must agree on E, I and H.
     pub fn separate(gate: QuantWeights, up: QuantWeights) -> Result<GateUp> {
-        const OP: &str = "GateUp::separate";
+        const OP: &str = "gate_up";
         let dims = |w: &QuantWeights| (w.n_experts(), w.rows(), w.cols());
         ensure(
             dims(&up) == dims(&gate),
@@ -85,7 +85,7 @@ impl GateUp {
     pub fn fused(w: QuantWeights) -> Result<GateUp> {
         ensure(
             w.rows() % 2 == 0,
-            "GateUp::fused",
+            "fused_gate_up",
             "w",
             "an even number of rows (2·I)",
             w.rows(),

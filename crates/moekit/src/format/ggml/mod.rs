@@ -219,7 +219,7 @@ impl WithBlock for Dequantize<'_> {
 /// `dequantize_row_*`. `bytes` need not be aligned.
 pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     check_lengths(
-        "ggml::dequantize_row",
+        "ggml_dequantize_row",
         ty,
         "out",
         out.len(),
@@ -261,7 +261,7 @@ impl WithBlock for Quantize<'_> {
 /// `quantize_row_*_ref`) for finite input. Only Q4_0, Q4_1, Q5_0, Q5_1 and
 /// Q8_0; the K-types return [`crate::Error::Unsupported`].
 pub fn quantize_row(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Result<()> {
-    const OP: &str = "ggml::quantize_row";
+    const OP: &str = "ggml_quantize_row";
     check_lengths(OP, ty, "src", src.len(), "out", out.len())?;
     if with_block(ty, Quantize { src, out }) {
         Ok(())

@@ -154,7 +154,7 @@ pub(crate) fn bad(file: &GgufFile, msg: impl Into<String>) -> Error {
 
 /// An unsupported-content error naming the file.
 pub(crate) fn unsupported(file: &GgufFile, what: impl std::fmt::Display) -> Error {
-    crate::error::unsupported("load::gguf", format!("{}: {what}", file.path().display()))
+    crate::error::unsupported("gguf", format!("{}: {what}", file.path().display()))
 }
 
 /// `<arch>.<suffix>` as an unsigned integer; for a per-layer array, element `layer`.

@@ -3,7 +3,7 @@
 //! assembly of the [`MoeBlock`] (routing and shared-expert rules come from
 //! [`super::arch`]).
 
-use super::arch::{bad, key_usize, router_config, shared_tensors, unsupported, Family};
+use super::arch::{bad, router_config, shared_tensors, unsupported, Family};
 use super::file::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
 use crate::format::{QuantWeights, WeightFormat};
@@ -277,11 +277,7 @@ pub(crate) fn build_block(
 ) -> Result<MoeBlock> {
     check_extras(file, layer)?;
     let (e, h, i, lay) = layout(file, layer)?;
-    if let Some(n) = key_usize(file, arch, "expert_count", layer)? {
-        if n != e {
-            return Err(bad(file, format!("`{arch}.expert_count` = {n} but `blk.{layer}.ffn_gate_inp.weight` has {e} rows")));
-        }
-    }
+    // The size keys were checked against these tensors (`keys::check`).
     let router = router_config(file, arch, fam, layer)?;
     let shared = shared_tensors(file, arch, fam, layer)?;
     let expert_weights = if matches!(lay, Layout::Fused(_)) {

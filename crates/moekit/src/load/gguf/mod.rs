@@ -40,6 +40,7 @@
 pub mod arch;
 mod block;
 pub mod file;
+mod keys;
 pub mod value;
 
 pub use file::{GgufFile, SharedBytes, TensorInfo, TensorType};
@@ -91,7 +92,7 @@ impl GgufCheckpoint {
         };
         let family = Family::of(&arch).ok_or_else(|| {
             unsupported(
-                "load::gguf",
+                "gguf",
                 format!(
                     "{}: architecture `{arch}` is not supported (supported: {})",
                     file.path().display(),
@@ -118,6 +119,9 @@ impl GgufCheckpoint {
             .collect();
         moe_layers.sort_unstable();
         let first = moe_layers.first().copied();
+        if let Some(l) = first {
+            keys::check(&file, &arch, &family, l)?;
+        }
         let cfg = first
             .map(|l| arch::router_config(&file, &arch, &family, l))
             .transpose()?;
@@ -170,7 +174,7 @@ impl GgufCheckpoint {
     }
 
     fn check_layer(&self, layer: usize) -> Result<()> {
-        const OP: &str = "GgufCheckpoint::moe_block";
+        const OP: &str = "moe_block";
         let s = &self.summary;
         let path = self.file.path().display();
         if layer >= s.n_layers {
@@ -227,6 +231,7 @@ impl Checkpoint for GgufCheckpoint {
 
     fn moe_block(&self, layer: usize, progress: &dyn Fn(usize, usize)) -> Result<MoeBlock> {
         self.check_layer(layer)?;
+        keys::check(&self.file, &self.arch, &self.family, layer)?;
         block::build_block(&self.file, &self.arch, &self.family, layer, progress)
     }
 }

@@ -41,6 +41,17 @@ pub(crate) struct SharedSpec {
     pub gated: bool,
 }
 
+/// The `config.json` keys the sizes come from (for messages).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SizeKeys {
+    /// Routed experts E (`num_experts`, `n_routed_experts`, ...).
+    pub experts: &'static str,
+    /// Expert intermediate size I.
+    pub intermediate: &'static str,
+    /// Shared expert intermediate size.
+    pub shared: &'static str,
+}
+
 /// Everything the loader needs from `config.json`.
 #[derive(Debug, Clone)]
 pub(crate) struct ModelConfig {
@@ -70,6 +81,8 @@ pub(crate) struct ModelConfig {
     pub block: &'static str,
     /// Quantization settings.
     pub quant: QuantConfig,
+    /// Where E, I and the shared I come from.
+    pub keys: SizeKeys,
 }
 
 /// Typed access to a JSON object, with errors naming config.json and the key.
@@ -247,7 +260,7 @@ fn expect_str(f: &Fields<'_>, key: &str, allowed: &[&str], model_type: &str) -> 
         Ok(v.to_string())
     } else {
         Err(crate::error::unsupported(
-            "safetensors::open",
+            "safetensors",
             format!("{model_type}: {key} = {v:?} (supported: {allowed:?})"),
         ))
     }
@@ -278,6 +291,11 @@ impl ModelConfig {
         let mut shared = None;
         let mut needs_bias = false;
         let mut block = "mlp";
+        let mut keys = SizeKeys {
+            experts: "num_experts",
+            intermediate: "moe_intermediate_size",
+            shared: "shared_expert_intermediate_size",
+        };
         let (n_experts, top_k, intermediate, router, rule) = match mt {
             "qwen3_moe" | "qwen2_moe" | "qwen3_next" | "olmoe" => {
                 let e = f.usize_req("num_experts", MAX_EXPERTS)?;
@@ -288,6 +306,7 @@ impl ModelConfig {
                     "moe_intermediate_size"
                 };
                 let i = f.usize_req(i_key, MAX_DIM)?;
+                keys.intermediate = i_key;
                 let router = RouterKind::SoftmaxTopK {
                     norm_topk_prob: f.bool_or("norm_topk_prob", false)?,
                 };
@@ -303,7 +322,7 @@ impl ModelConfig {
                 }
                 if mt == "olmoe" && f.bool_or("mlp_bias", false)? {
                     return Err(crate::error::unsupported(
-                        "safetensors::open",
+                        "safetensors",
                         "olmoe with mlp_bias = true (expert biases)",
                     ));
                 }
@@ -316,6 +335,8 @@ impl ModelConfig {
             }
             "mixtral" => {
                 block = "block_sparse_moe";
+                keys.experts = "num_local_experts";
+                keys.intermediate = "intermediate_size";
                 let e = f.usize_or("num_local_experts", MAX_EXPERTS, 8)?;
                 let k = f.usize_or("num_experts_per_tok", MAX_TOP_K, 2)?;
                 let i = f.usize_or("intermediate_size", MAX_DIM, 14336)?;
@@ -323,6 +344,8 @@ impl ModelConfig {
             }
             "deepseek_v2" | "deepseek_v3" | "glm4_moe" => {
                 let e = f.usize_opt("n_routed_experts", MAX_EXPERTS)?;
+                keys.experts = "n_routed_experts";
+                keys.shared = "n_shared_experts × moe_intermediate_size";
                 let v2 = mt == "deepseek_v2";
                 let k = match f.usize_opt("num_experts_per_tok", MAX_TOP_K)? {
                     Some(k) => k,
@@ -378,7 +401,7 @@ impl ModelConfig {
             }
             other => {
                 return Err(crate::error::unsupported(
-                    "safetensors::open",
+                    "safetensors",
                     format!(
                         "{}: model_type {other:?} (supported: {})",
                         path.display(),
@@ -410,6 +433,7 @@ impl ModelConfig {
             shared,
             block,
             quant,
+            keys,
         };
         if !cfg.moe_layers.is_empty() {
             cfg.check(&f)?;
@@ -426,6 +450,13 @@ impl ModelConfig {
             if v == 0 {
                 return Err(f.bad(key, "a positive integer", 0));
             }
+        }
+        if self.top_k == 0 || self.top_k > self.n_experts {
+            return Err(f.bad(
+                "num_experts_per_tok",
+                &format!("1..=`{}` = {}", self.keys.experts, self.n_experts),
+                self.top_k,
+            ));
         }
         // Bias length is checked when the tensor is loaded; validate the rest
         // with a placeholder of the right length.
@@ -587,7 +618,11 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("hidden_size"), "{e}");
         let e = parse(r#"{"model_type":"mixtral","hidden_size":64,"num_hidden_layers":2,"num_experts_per_tok":9}"#).unwrap_err();
-        assert!(e.to_string().contains("top_k"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("`num_experts_per_tok`: expected 1..=`num_local_experts` = 8, got 9"),
+            "{e}"
+        );
         let e = parse(
             r#"{"model_type":"deepseek_v3","hidden_size":64,"num_hidden_layers":2,"n_routed_experts":8,"topk_method":"greedy"}"#,
         )

@@ -25,7 +25,7 @@ use crate::ops::route::{RouterConfig, RouterKind};
 use crate::tensor::{Bytes, Tensor};
 use std::cell::Cell;
 
-const OP: &str = "safetensors::moe_block";
+const OP: &str = "moe_block";
 
 /// How the routed experts are stored.
 enum Experts {
@@ -52,6 +52,7 @@ fn part(
     lead: Option<usize>,
     rows: usize,
     cols: usize,
+    keys: &Keys,
 ) -> Result<Part> {
     let wname = format!("{module}.weight");
     if ck.get(&format!("{module}.bias")).is_some() {
@@ -98,9 +99,18 @@ fn part(
     for (name, (dtype, shape)) in names.iter().zip(&specs) {
         let (d, got) = ck.info(name)?;
         if got != shape.as_slice() || d != *dtype {
+            let experts = match lead {
+                Some(e) => format!("experts `{}` = {e}, ", ck.cfg.keys.experts),
+                None => String::new(),
+            };
             return Err(ck.bad(
                 name,
-                format!("{d} {got:?}, expected {dtype} {shape:?} ({format}, rows {rows}, cols {cols} from config.json)"),
+                format!(
+                    "{d} {got:?}, expected {dtype} {shape:?} ({format}; {experts}rows {} = {rows}, columns {} = {cols} in {})",
+                    keys.rows,
+                    keys.cols,
+                    ck.dir.join("config.json").display()
+                ),
             ));
         }
     }
@@ -109,6 +119,19 @@ fn part(
         names,
         specs,
     })
+}
+
+/// The `config.json` keys a module's rows and columns come from.
+struct Keys {
+    rows: String,
+    cols: String,
+}
+
+fn keys(rows: &str, cols: &str) -> Keys {
+    Keys {
+        rows: format!("`{rows}`"),
+        cols: format!("`{cols}`"),
+    }
 }
 
 /// A `QuantWeights` over the part's tensors (zero-copy where aligned).
@@ -161,24 +184,38 @@ fn stack(ck: &SafetensorsCheckpoint, parts: &[Part], slot: usize) -> Result<Tens
 }
 
 /// Routed experts of one projection in the Hugging Face layout.
+#[allow(clippy::too_many_arguments)]
 fn per_expert(
     ck: &SafetensorsCheckpoint,
     prefix: &str,
     name: &str,
     rows: usize,
     cols: usize,
+    k: &Keys,
     tick: &dyn Fn(),
 ) -> Result<QuantWeights> {
     let e = ck.cfg.n_experts;
+    let key = ck.cfg.keys.experts;
+    let beyond = format!("{prefix}.experts.{e}.{name}.weight");
+    if ck.get(&beyond).is_some() {
+        return Err(ck.bad(
+            &beyond,
+            format!(
+                "present, but `{key}` = {e} in {} (experts 0..{e})",
+                ck.dir.join("config.json").display()
+            ),
+        ));
+    }
     let mut parts = Vec::with_capacity(e);
     for j in 0..e {
-        let p = part(
-            ck,
-            &format!("{prefix}.experts.{j}.{name}"),
-            None,
-            rows,
-            cols,
-        )?;
+        let module = format!("{prefix}.experts.{j}.{name}");
+        if ck.get(&format!("{module}.weight")).is_none() {
+            return Err(ck.missing(
+                &format!("{module}.weight"),
+                &format!("`{key}` = {e} in config.json"),
+            ));
+        }
+        let p = part(ck, &module, None, rows, cols, k)?;
         if let Some(first) = parts.first() {
             let f: &Part = first;
             if p.format != f.format || p.specs != f.specs {
@@ -230,7 +267,11 @@ fn bias(ck: &SafetensorsCheckpoint, prefix: &str, e: usize) -> Result<Vec<f32>> 
     let name = format!("{prefix}.gate.e_score_correction_bias");
     let (d, shape) = ck.info(&name)?;
     if !d.is_float() || shape != [e] {
-        return Err(ck.bad(&name, format!("{d} {shape:?}, expected a float [{e}]")));
+        let key = ck.cfg.keys.experts;
+        return Err(ck.bad(
+            &name,
+            format!("{d} {shape:?}, expected a float [{e}] (`{key}` = {e} in config.json)"),
+        ));
     }
     ck.load(&name)?.to_f32_vec()
 }
@@ -290,7 +331,10 @@ pub(super) fn build(
         progress(done.get(), total);
     };
 
-    let router_weight = weights(ck, &part(ck, &format!("{p}.gate"), None, e, h)?, 1, e, h)?;
+    let ks = &c.keys;
+    let router_keys = keys(ks.experts, "hidden_size");
+    let router_part = part(ck, &format!("{p}.gate"), None, e, h, &router_keys)?;
+    let router_weight = weights(ck, &router_part, 1, e, h)?;
     let mut kind = c.router.clone();
     if let RouterKind::Grouped { bias: b, .. } = &mut kind {
         if c.needs_bias {
@@ -299,14 +343,18 @@ pub(super) fn build(
     }
     tick();
     let dims = [(i, h), (i, h), (h, i)];
+    let ih = keys(ks.intermediate, "hidden_size");
+    let hi = keys("hidden_size", ks.intermediate);
+    let dim_keys = [&ih, &ih, &hi];
     let [gate, up, down] = match experts {
         Experts::Stacked => {
             let mut w = Vec::with_capacity(3);
-            for (name, (rows, cols)) in ["gate_proj", "up_proj", "down_proj"].iter().zip(dims) {
+            let names = ["gate_proj", "up_proj", "down_proj"];
+            for ((name, (rows, cols)), k) in names.iter().zip(dims).zip(dim_keys) {
                 let module = format!("{p}.switch_mlp.{name}");
                 w.push(weights(
                     ck,
-                    &part(ck, &module, Some(e), rows, cols)?,
+                    &part(ck, &module, Some(e), rows, cols, k)?,
                     e,
                     rows,
                     cols,
@@ -317,8 +365,8 @@ pub(super) fn build(
         }
         Experts::PerExpert(names) => {
             let mut w = Vec::with_capacity(3);
-            for (name, (rows, cols)) in names.iter().zip(dims) {
-                w.push(per_expert(ck, &p, name, rows, cols, &tick)?);
+            for ((name, (rows, cols)), k) in names.iter().zip(dims).zip(dim_keys) {
+                w.push(per_expert(ck, &p, name, rows, cols, k, &tick)?);
             }
             to3(w)?
         }
@@ -328,15 +376,15 @@ pub(super) fn build(
         Some(s) => {
             let si = s.intermediate;
             let mut w = Vec::with_capacity(3);
-            for (name, (rows, cols)) in
-                ["gate_proj", "up_proj", "down_proj"]
-                    .iter()
-                    .zip([(si, h), (si, h), (h, si)])
-            {
+            let sih = keys(ks.shared, "hidden_size");
+            let hsi = keys("hidden_size", ks.shared);
+            let names = ["gate_proj", "up_proj", "down_proj"];
+            let shapes = [(si, h), (si, h), (h, si)];
+            for ((name, (rows, cols)), k) in names.iter().zip(shapes).zip([&sih, &sih, &hsi]) {
                 let module = format!("{p}.{}.{name}", s.prefix);
                 w.push(weights(
                     ck,
-                    &part(ck, &module, None, rows, cols)?,
+                    &part(ck, &module, None, rows, cols, k)?,
                     1,
                     rows,
                     cols,
@@ -347,7 +395,17 @@ pub(super) fn build(
             let gate = if s.gated {
                 let g = weights(
                     ck,
-                    &part(ck, &format!("{p}.shared_expert_gate"), None, 1, h)?,
+                    &part(
+                        ck,
+                        &format!("{p}.shared_expert_gate"),
+                        None,
+                        1,
+                        h,
+                        &Keys {
+                            rows: "1".into(),
+                            cols: "`hidden_size`".into(),
+                        },
+                    )?,
                     1,
                     1,
                     h,

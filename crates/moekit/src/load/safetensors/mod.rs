@@ -312,7 +312,7 @@ impl SafetensorsCheckpoint {
             .ok_or_else(|| self.missing(name, "needed by this layer"))?;
         let d = dtype_of(r.dtype).ok_or_else(|| {
             crate::error::unsupported(
-                "safetensors::moe_block",
+                "moe_block",
                 format!(
                     "{}: tensor `{name}` has dtype {}",
                     self.file_of(name).display(),

@@ -67,7 +67,7 @@ impl QuantConfig {
         let sf = Fields { path: f.path, obj };
         if let Some(m) = obj.get("quant_method") {
             return Err(unsupported(
-                "safetensors::open",
+                "safetensors",
                 format!(
                     "{}: {key}.quant_method = {m} (only mlx affine quantization is supported)",
                     f.path.display()
@@ -145,7 +145,7 @@ impl QuantConfig {
         };
         if p.mode != "affine" {
             return Err(unsupported(
-                "safetensors::moe_block",
+                "moe_block",
                 format!(
                     "{}: `{path}` uses quantization mode {:?} (only affine)",
                     file.display(),
@@ -157,7 +157,7 @@ impl QuantConfig {
             bits: p.bits,
             group_size: p.group_size,
         });
-        f.validate("safetensors::moe_block")
+        f.validate("moe_block")
             .map_err(|e| bad(format!("`{path}`: {e}")))?;
         Ok(f)
     }
