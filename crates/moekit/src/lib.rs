@@ -51,7 +51,7 @@
 // No panics in library code: unwrap/expect only in tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod cpu;
+pub(crate) mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod dtype;
@@ -63,6 +63,8 @@ pub mod npy;
 pub mod ops;
 pub mod plan;
 pub mod tensor;
+#[doc(hidden)]
+pub mod testing;
 
 pub use device::{Backend, Device};
 pub use dtype::{DType, Element, Float};

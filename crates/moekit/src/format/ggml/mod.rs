@@ -13,7 +13,7 @@
 //! Internally every public function dispatches once on the type
 //! ([`with_block`]) to code generic over the block struct.
 
-pub mod blocks;
+pub(crate) mod blocks;
 mod quantize;
 
 use crate::error::{ensure, unsupported, Result};
