@@ -8,7 +8,7 @@
 //!
 //! What is public here: [`available`] and [`device`] (a [`CudaDevice`]: its
 //! stream and context, for interop), [`graph`] (capture a forward in a CUDA
-//! graph, replay it), [`launch_count`] and [`bench`] (timing helpers).
+//! graph, replay it), [`launch_count`] and [`bench`](mod@bench) (timing helpers).
 //!
 //! cudarc loads `libcuda` and `libnvrtc` dynamically: the crate builds and
 //! its CPU paths run on machines without CUDA. [`available`] says whether
@@ -20,6 +20,9 @@
 
 pub mod graph;
 pub(crate) mod jit;
+// Crate-private: their docs (rendered with --document-private-items) may link
+// other crate-private items; `testing` re-exports some for the repo's tests.
+#[allow(rustdoc::private_intra_doc_links)]
 pub(crate) mod ops;
 pub(crate) mod storage;
 
