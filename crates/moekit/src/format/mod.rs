@@ -195,6 +195,30 @@ impl QuantWeights {
     ///
     /// `data` may have any shape with the right element count (e.g. a 2-D
     /// `[N, K]` matrix for a single expert); `scales`/`biases` likewise.
+    /// [`storage_shapes`] gives the dtype and shapes a format needs.
+    ///
+    /// ```
+    /// use moekit::format::{affine, storage_shapes, AffineParams};
+    /// use moekit::{QuantWeights, Tensor, WeightFormat};
+    /// # fn main() -> moekit::Result<()> {
+    /// // Two experts of [N, K] = [4, 64] f32 weights, as MLX affine 4-bit, group 64.
+    /// let (e, n, k) = (2, 4, 64);
+    /// let w: Vec<f32> = (0..e * n * k).map(|i| (i as f32 * 0.1).sin() * 0.05).collect();
+    /// let q = affine::quantize::<f32>(&w, e * n, k, 4, 64)?;
+    /// let format = WeightFormat::Affine(AffineParams { bits: 4, group_size: 64 });
+    /// let (_, shape, sshape) = storage_shapes(format, e, n, k)?;
+    /// let sshape = sshape.unwrap_or_default();
+    /// let qw = QuantWeights::new(
+    ///     format, e, n, k,
+    ///     Tensor::from_slice(&q.packed, &shape)?,
+    ///     Some(Tensor::from_slice(&q.scales, &sshape)?),
+    ///     Some(Tensor::from_slice(&q.biases, &sshape)?),
+    /// )?;
+    /// let back = qw.dequantize_expert(1)?; // [N, K] f32
+    /// assert!((back[0] - w[n * k]).abs() < 0.01);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(
         format: WeightFormat,
         n_experts: usize,
