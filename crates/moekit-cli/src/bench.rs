@@ -248,7 +248,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
     let bw = match &cuda {
         Some(dev) => {
             eprintln!("measuring {} read bandwidth...", dev.name());
-            moekit::cuda::ops::bench::read_bandwidth(dev, 2 << 30)?
+            moekit::cuda::bench::read_bandwidth(dev, 2 << 30)?
         }
         None => {
             eprintln!("measuring host read bandwidth ({threads} threads)...");
@@ -256,9 +256,9 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         }
     };
     let gemm_tflops = cuda.as_ref().and_then(|dev| {
-        let n = moekit::cuda::ops::bench::GEMM_N;
+        let n = moekit::cuda::bench::GEMM_N;
         eprintln!("measuring {} bf16 GEMM rate (cuBLAS, n={n})...", dev.name());
-        moekit::cuda::ops::bench::bf16_gemm_tflops(dev, n)
+        moekit::cuda::bench::bf16_gemm_tflops(dev, n)
             .map_err(|e| eprintln!("warning: bf16 GEMM rate not measured: {e}"))
             .ok()
     });
@@ -341,7 +341,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
             let (secs, repeats) = match &cuda {
                 Some(dev) => {
                     let reps = 5 * INPUTS;
-                    let ms = moekit::cuda::ops::bench::time_ms(dev, reps, || {
+                    let ms = moekit::cuda::bench::time_ms(dev, reps, || {
                         block.forward_with(backend, path, x_next()).map(drop)
                     })?;
                     (ms * 1e-3, reps)
@@ -360,15 +360,15 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                         let step = |out: &mut Tensor| -> moekit::Result<()> {
                             out.copy_from(&block.forward_with(backend, path, x)?.out)
                         };
-                        let before = moekit::cuda::ops::launch_count();
+                        let before = moekit::cuda::launch_count();
                         step(&mut out)?;
-                        launches = moekit::cuda::ops::launch_count() - before;
+                        launches = moekit::cuda::launch_count() - before;
                         dev.synchronize()?;
                         let graph = moekit::cuda::graph::capture(dev, || step(&mut out))?;
                         outs.push((graph, out));
                     }
                     let g = std::cell::Cell::new(0usize);
-                    let ms = moekit::cuda::ops::bench::time_ms(dev, 10 * INPUTS, || {
+                    let ms = moekit::cuda::bench::time_ms(dev, 10 * INPUTS, || {
                         let i = g.get();
                         g.set(i + 1);
                         outs[i % INPUTS].0.replay()

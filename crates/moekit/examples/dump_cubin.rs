@@ -1,7 +1,7 @@
 //! Writes the CUBIN of one kernel instance (for nvdisasm), without a GPU:
 //! `cargo run -p moekit --example dump_cubin -- <source.cu> '<name expression>' out.cubin`
-use moekit::cuda::jit::compile;
-use moekit::cuda::ops::all_instances;
+use moekit::testing::cuda::all_instances;
+use moekit::testing::cuda::compile;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

@@ -3,9 +3,9 @@
 //! `cargo run --release -p moekit --example warm_cache -- [--list] <substring>...`
 //! compiles every kernel instance whose `file:name` contains all substrings
 //! (`!substring`: does not contain it), on every core.
-use moekit::cuda::jit::compile_cached;
-use moekit::cuda::ops::all_instances;
 use moekit::cuda::Arch;
+use moekit::testing::cuda::all_instances;
+use moekit::testing::cuda::compile_cached;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

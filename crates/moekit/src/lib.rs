@@ -2,6 +2,33 @@
 //!
 //! Runs the Mixture-of-Experts (MoE) layers of quantized LLMs.
 //!
+//! moekit is for people who build or check an LLM inference engine: it loads
+//! the MoE layer of one transformer block from a GGUF file or a safetensors
+//! directory (or from your own tensors), runs it on the CPU or a CUDA GPU,
+//! and lets you compare, benchmark and profile that one layer. It is not an
+//! inference engine: no attention, no KV cache, no tokenizer.
+//!
+//! ## The public API
+//!
+//! * Main path: [`open`] → [`Checkpoint`] → [`Checkpoint::moe_block`] →
+//!   [`MoeBlock`] → [`MoeBlock::to_device`] → [`MoeBlock::forward`].
+//! * Choosing the implementation: [`MoePath`] with
+//!   [`MoeBlock::forward_with`]; [`plan::plan`] says which path runs and why
+//!   the others refused. [`Backend`] picks the CPU oracle, the fast CPU path
+//!   or CUDA.
+//! * Core types: [`Tensor`], [`DType`], [`Device`], [`Error`].
+//! * Building blocks from your own tensors: [`format`](mod@format) ([`WeightFormat`],
+//!   [`QuantWeights`], the MLX affine quantizer [`format::affine::quantize`]
+//!   and GGUF [`format::ggml::quantize_row`]), [`moe::MoeBlockParts`],
+//!   [`ops::route::RouterConfig`], [`ops::act::GateUp`].
+//! * The ops an engine builder calls one by one ([`ops`]): routing, expert
+//!   sort, permute / unpermute, grouped (quantized) matmul, SwiGLU, norm
+//!   epilogues; each validates its arguments and has a `*_on(backend, ..)`
+//!   form.
+//! * Loaders' own types ([`load::gguf`], [`load::safetensors`]), `.npy`
+//!   input and output ([`npy`]), and CUDA specifics ([`cuda`]: device, CUDA
+//!   graphs, timing).
+//!
 //! ## Architecture (read top to bottom)
 //!
 //! 1. **Core types** — [`DType`], [`Tensor`] (contiguous, owned or a zero-copy
@@ -12,12 +39,12 @@
 //! 3. **Ops** ([`ops`]) — the front end: each op validates every argument and
 //!    dispatches to a [`Backend`]. Ops: routing, expert sort, permute /
 //!    unpermute, grouped quantized matmul, SwiGLU, norm epilogues.
-//! 4. **Backends** — [`cpu`]: `cpu::reference` (simple, obviously right: the
-//!    oracle) and `cpu::fast` (rayon, cache blocking); [`cuda`]: cudarc +
-//!    NVRTC (the `kernels/*.cu` templates compiled per instance at first use,
-//!    cached on disk), one typed wrapper per kernel in `cuda::ops`, including
-//!    the fused decode path and the tensor-core grouped GEMM (`wgmma` on
-//!    sm_90a, `mma.sync` elsewhere).
+//! 4. **Backends** (crate-private) — `cpu::reference` (simple, obviously
+//!    right: the oracle) and `cpu::fast` (rayon, cache blocking); `cuda`:
+//!    cudarc + NVRTC (the `kernels/*.cu` templates compiled per instance at
+//!    first use, cached on disk), one typed wrapper per kernel in
+//!    `cuda::ops`, including the fused decode path and the tensor-core
+//!    grouped GEMM (`wgmma` on sm_90a, `mma.sync` elsewhere).
 //! 5. **MoE block** ([`moe`]) — route → sort → grouped gate/up + SwiGLU →
 //!    grouped down → weighted combine (+ shared expert); [`plan`] chooses the
 //!    path (general, fused decode, tensor cores) in one place and keeps each
@@ -25,6 +52,10 @@
 //! 6. **Loaders** ([`load`]) — MLX / Hugging Face safetensors and GGUF files
 //!    to MoE blocks.
 //! 7. **CLI** — the `moekit` binary in the `moekit-cli` crate.
+//!
+//! The examples in `crates/moekit/examples/` show the same from end to end:
+//! `run_layer` (a layer of a file), `own_tensors` (a block from your own
+//! weights) and `cuda_graph` (capture a forward in a CUDA graph, replay it).
 //!
 //! ## Running a layer
 //!
@@ -51,6 +82,8 @@
 // No panics in library code: unwrap/expect only in tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+// The CPU backends: crate-private but for the SIMD level (see `cuda::ops` for the allow).
+#[allow(rustdoc::private_intra_doc_links)]
 pub mod cpu;
 pub mod cuda;
 pub mod device;
@@ -63,6 +96,8 @@ pub mod npy;
 pub mod ops;
 pub mod plan;
 pub mod tensor;
+#[doc(hidden)]
+pub mod testing;
 
 pub use device::{Backend, Device};
 pub use dtype::{DType, Element, Float};

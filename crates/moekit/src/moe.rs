@@ -142,7 +142,24 @@ impl MoeBlock {
         self.forward_with(backend, MoePath::Auto, x)
     }
 
-    /// Runs the block with an explicit backend and path.
+    /// Runs the block with an explicit backend and path. A forced path that
+    /// does not take the block and input is an error saying why;
+    /// [`plan`](crate::plan::plan) tells which path [`MoePath::Auto`] picks.
+    ///
+    /// ```
+    /// use moekit::{open, Backend, DType, MoePath, Tensor};
+    /// # fn main() -> moekit::Result<()> {
+    /// # let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/gguf/qwen3moe_f32.gguf");
+    /// let block = open(&path)?.moe_block(0, &|_, _| {})?;
+    /// let x = Tensor::from_f32(&vec![0.5; 2 * block.hidden()], &[2, block.hidden()], DType::F32)?;
+    /// // The CPU oracle, with the routing: expert ids and weights, [T, k].
+    /// let trace = block.forward_with(Backend::CpuReference, MoePath::General, &x)?;
+    /// assert_eq!(trace.routing.ids.shape()[0], 2);
+    /// // The tensor-core path is CUDA only: refused, with the reason.
+    /// assert!(block.forward_with(Backend::CpuFast, MoePath::TensorCore, &x).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn forward_with(&self, backend: Backend, path: MoePath, x: &Tensor) -> Result<MoeTrace> {
         const OP: &str = "forward";
         check_float(OP, "x", x, 2)?;

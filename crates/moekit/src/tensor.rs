@@ -109,7 +109,7 @@ pub enum Storage {
     /// Host memory.
     Cpu(Bytes),
     /// CUDA device memory.
-    Cuda(crate::cuda::storage::CudaBytes),
+    Cuda(crate::cuda::CudaBytes),
 }
 
 /// A contiguous, row-major tensor.
@@ -236,7 +236,7 @@ impl Tensor {
     }
 
     /// The device bytes of a CUDA tensor.
-    pub fn cuda_bytes(&self) -> Result<&crate::cuda::storage::CudaBytes> {
+    pub fn cuda_bytes(&self) -> Result<&crate::cuda::CudaBytes> {
         match &self.storage {
             Storage::Cuda(c) => Ok(c),
             Storage::Cpu(_) => Err(invalid(
@@ -266,9 +266,9 @@ impl Tensor {
         let dev = crate::cuda::device(n)?;
         let len = numel_of(shape) * dtype.size();
         let b = if zero {
-            crate::cuda::storage::CudaBytes::zeroed(&dev, len)?
+            crate::cuda::CudaBytes::zeroed(&dev, len)?
         } else {
-            crate::cuda::storage::CudaBytes::uninit(&dev, len)?
+            crate::cuda::CudaBytes::uninit(&dev, len)?
         };
         Ok(Tensor {
             dtype,
@@ -283,16 +283,14 @@ impl Tensor {
             return Ok(self.clone());
         }
         let storage = match (&self.storage, device) {
-            (Storage::Cpu(b), Device::Cuda(n)) => Storage::Cuda(
-                crate::cuda::storage::CudaBytes::from_host(&crate::cuda::device(n)?, b.as_slice())?,
-            ),
+            (Storage::Cpu(b), Device::Cuda(n)) => Storage::Cuda(crate::cuda::CudaBytes::from_host(
+                &crate::cuda::device(n)?,
+                b.as_slice(),
+            )?),
             (Storage::Cuda(c), Device::Cpu) => Storage::Cpu(Bytes::copy_from(&c.to_host()?)),
-            (Storage::Cuda(c), Device::Cuda(n)) => {
-                Storage::Cuda(crate::cuda::storage::CudaBytes::from_host(
-                    &crate::cuda::device(n)?,
-                    &c.to_host()?,
-                )?)
-            }
+            (Storage::Cuda(c), Device::Cuda(n)) => Storage::Cuda(
+                crate::cuda::CudaBytes::from_host(&crate::cuda::device(n)?, &c.to_host()?)?,
+            ),
             (Storage::Cpu(_), Device::Cpu) => self.storage.clone(),
         };
         Ok(Tensor {
@@ -326,7 +324,7 @@ impl Tensor {
     pub fn from_cuda_bytes(
         dtype: DType,
         shape: &[usize],
-        bytes: crate::cuda::storage::CudaBytes,
+        bytes: crate::cuda::CudaBytes,
     ) -> Result<Tensor> {
         let need = numel_of(shape) * dtype.size();
         ensure(

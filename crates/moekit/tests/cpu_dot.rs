@@ -10,9 +10,10 @@
 
 mod common_util;
 use common_util::{nmse, rng};
-use moekit::cpu::fast::dot::{dot_row, dot_rows, dot_rows_at, XSums};
 use moekit::cpu::{simd_level, SimdLevel};
 use moekit::format::random::random_weights;
+use moekit::testing::cpu_fast::{dot_row, dot_rows, dot_rows_at, XSums};
+use moekit::testing::decoder;
 use moekit::{DType, QuantWeights, WeightFormat};
 use rand::Rng;
 
@@ -44,7 +45,7 @@ fn has_fused_kernel(f: WeightFormat) -> bool {
 fn check(f: WeightFormat, sdt: DType, k: usize, seed: u64, level: Option<SimdLevel>) -> f64 {
     let (e, n) = (2, 24);
     let w = random_weights(f, e, n, k, sdt, seed, &|| {}).unwrap();
-    let dec = w.decoder().unwrap();
+    let dec = decoder(&w).unwrap();
     let mut r = rng(seed ^ 0x5eed);
     // Activations with a nonzero mean, so per-block offsets matter.
     let x: Vec<f32> = (0..k).map(|_| r.random::<f32>() * 2.0 - 0.7).collect();
@@ -161,7 +162,7 @@ fn dispatch_picks_the_best_supported_level() {
         let x = vec![1f32; 32];
         let r = dot_rows_at(
             l,
-            &w.decoder().unwrap(),
+            &decoder(&w).unwrap(),
             0,
             0,
             &x,
@@ -185,7 +186,7 @@ fn dot_row_rejects_bad_rows() {
         &|| {},
     )
     .unwrap();
-    let dec = w.decoder().unwrap();
+    let dec = decoder(&w).unwrap();
     let x = vec![0.5f32; 256];
     let xs = XSums::new(&x);
     assert!(
@@ -244,7 +245,7 @@ fn bench_dot_row() {
     let mut sink = 0f32;
     for _ in 0..30 {
         for ((_, w), best) in cases.iter().zip(&mut best) {
-            let dec = w.decoder().unwrap();
+            let dec = decoder(w).unwrap();
             let t = std::time::Instant::now();
             // Runs of 128 rows, as the decode path calls it.
             for ex in 0..e {

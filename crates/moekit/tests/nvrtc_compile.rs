@@ -3,9 +3,9 @@
 //! (`nvidia-cuda-nvrtc`) and runs this with `--ignored`. Without NVRTC it
 //! fails: it never passes by skipping.
 
-use moekit::cuda::jit::compile;
-use moekit::cuda::ops::all_instances;
 use moekit::cuda::Arch;
+use moekit::testing::cuda::all_instances;
+use moekit::testing::cuda::compile;
 
 #[test]
 #[ignore = "needs libnvrtc: run with --ignored (CI does, see .ci/run)"]

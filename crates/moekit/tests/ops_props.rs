@@ -4,12 +4,12 @@
 
 mod common_util;
 use common_util::{nmse, random_tensor, rng};
-use moekit::cpu::fast::gather_mm::{gather_mm_with, Strategy};
 use moekit::format::random::random_weights;
 use moekit::ops::act::{gather_swiglu_on, swiglu_on, GateUp};
 use moekit::ops::gather_mm::{gather_mm_on, qmm_on, segments, GatherMmArgs, RowExperts};
 use moekit::ops::permute::{permute_on, unpermute_on};
 use moekit::ops::sort::expert_sort_on;
+use moekit::testing::cpu_fast::{gather_mm_with, Strategy};
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
 use rand::Rng;
 

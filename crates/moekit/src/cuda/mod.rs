@@ -1,8 +1,14 @@
 //! The CUDA backend: one context and one stream per device, kernels written
 //! in CUDA C++ (`crates/moekit/kernels/`) and compiled at run time by NVRTC
-//! for the device's architecture ([`jit`]), device storage for
-//! [`Tensor`](crate::Tensor) ([`storage`]), and one typed launch wrapper per
-//! kernel ([`ops`]).
+//! for the device's architecture (cached on disk), device storage for
+//! [`Tensor`](crate::Tensor) ([`CudaBytes`]), and one typed launch wrapper
+//! per kernel (crate-private; the public entry points are
+//! [`MoeBlock::forward`](crate::MoeBlock::forward) and the ops in
+//! [`ops`](crate::ops)).
+//!
+//! What is public here: [`available`] and [`device`] (a [`CudaDevice`]: its
+//! stream and context, for interop), [`graph`] (capture a forward in a CUDA
+//! graph, replay it), [`launch_count`] and [`bench`](mod@bench) (timing helpers).
 //!
 //! cudarc loads `libcuda` and `libnvrtc` dynamically: the crate builds and
 //! its CPU paths run on machines without CUDA. [`available`] says whether
@@ -13,9 +19,21 @@
 //! be captured in a CUDA graph.
 
 pub mod graph;
-pub mod jit;
-pub mod ops;
-pub mod storage;
+pub(crate) mod jit;
+// Crate-private: their docs (rendered with --document-private-items) may link
+// other crate-private items; `testing` re-exports some for the repo's tests.
+#[allow(rustdoc::private_intra_doc_links)]
+pub(crate) mod ops;
+pub(crate) mod storage;
+
+pub use ops::launch_count;
+pub use storage::CudaBytes;
+
+/// Device measurements for benchmarks: CUDA-event timing, the read
+/// bandwidth roofline and the cuBLAS bf16 GEMM rate.
+pub mod bench {
+    pub use super::ops::bench::{bf16_gemm_tflops, read_bandwidth, time_ms, GEMM_N};
+}
 
 use crate::error::{cuda_err, Error, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -165,11 +183,11 @@ impl CudaDevice {
         &self.ctx
     }
     /// The kernel cache.
-    pub fn jit(&self) -> &jit::Jit {
+    pub(crate) fn jit(&self) -> &jit::Jit {
         &self.jit
     }
     /// Device address of the error word kernels report argument errors into.
-    pub fn error_word(&self) -> u64 {
+    pub(crate) fn error_word(&self) -> u64 {
         let (p, _g) = self.err.device_ptr(&self.stream);
         p
     }

@@ -10,7 +10,7 @@
 pub mod act;
 pub mod gather_mm;
 pub mod norm;
-pub mod parts;
+pub(crate) mod parts;
 pub mod permute;
 pub mod route;
 pub mod sort;

@@ -43,7 +43,7 @@ pub fn expert_sort(ids: &Tensor, n_experts: usize) -> Result<ExpertSort> {
 ///
 /// An id `>= n_experts` is an error here on the CPU backends; on CUDA the
 /// device reports it at the next copy to the host (the slot is sorted after
-/// every real expert, outside `offsets[E]`; see [`crate::cuda::ops::sort`]).
+/// every real expert, outside `offsets[E]`; see `cuda/ops/sort.rs`).
 pub fn expert_sort_on(backend: Backend, ids: &Tensor, n_experts: usize) -> Result<ExpertSort> {
     check_dtype(OP, "ids", ids, crate::DType::U32)?;
     ensure(

@@ -21,12 +21,12 @@
 //!   must be reported, their rows skipped (left NaN) and the others computed.
 
 use crate::common::*;
-use moekit::cuda::ops::act::swiglu_into;
-use moekit::cuda::ops::gather_mm::{gather_mm_into, gather_swiglu_into};
 use moekit::format::random::random_weights;
 use moekit::format::{AffineParams, GgmlType};
 use moekit::ops::act::{gather_swiglu_on, swiglu_on, GateUp};
 use moekit::ops::gather_mm::{gather_mm_on, qmm_on, RowExperts};
+use moekit::testing::cuda::act::swiglu_into;
+use moekit::testing::cuda::gather_mm::{gather_mm_into, gather_swiglu_into};
 use moekit::{Backend, DType, Device, QuantWeights, Tensor, WeightFormat};
 use rand::Rng;
 

@@ -14,8 +14,8 @@
 //! on both sides).
 
 use crate::common::*;
-use moekit::cuda::ops::norm::{epilogue_into, EpilogueOperands, STAGED_MAX_DIM};
 use moekit::ops::norm::*;
+use moekit::testing::cuda::norm::{epilogue_into, EpilogueOperands, STAGED_MAX_DIM};
 use moekit::{Backend, DType, Device, Result, Tensor};
 
 /// Large enough that a kernel ignoring or misplacing eps fails the f32 bound.

@@ -2,9 +2,9 @@
 //! copies, and the combine sums in the same slot order in f32).
 
 use crate::common::*;
-use moekit::cuda::ops::permute::{permute_into, unpermute_into};
 use moekit::ops::permute::{permute_on, unpermute_on};
 use moekit::ops::sort::expert_sort_on;
+use moekit::testing::cuda::permute::{permute_into, unpermute_into};
 use moekit::{Backend, DType, Device, Tensor};
 use rand::Rng;
 

@@ -10,10 +10,10 @@
 //! Sort: offsets, sorted and inverse bit-exact.
 
 use crate::common::*;
-use moekit::cuda::ops::route::route_into;
-use moekit::cuda::ops::sort::expert_sort_into;
 use moekit::ops::route::{route_on, RouterConfig, RouterKind, Routing, Scoring};
 use moekit::ops::sort::{expert_sort_on, ExpertSort};
+use moekit::testing::cuda::route::route_into;
+use moekit::testing::cuda::sort::expert_sort_into;
 use moekit::{Backend, DType, Device, Tensor};
 use rand::Rng;
 

@@ -17,7 +17,6 @@
 //!   graph capture and replay.
 
 use crate::common::*;
-use moekit::cuda::ops::tc_gemm::{matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows};
 use moekit::format::random::random_weights;
 use moekit::format::{AffineParams, GgmlType};
 use moekit::moe::{MoeBlock, MoeBlockParts, MoePath, SharedExpert};
@@ -26,6 +25,9 @@ use moekit::ops::gather_mm::{gather_mm_on, RowExperts};
 use moekit::ops::permute::permute_on;
 use moekit::ops::route::{RouterConfig, RouterKind};
 use moekit::ops::sort::{expert_sort_on, ExpertSort};
+use moekit::testing::cuda::tc_gemm::{
+    matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
+};
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
 use rand::Rng;
 

@@ -2,7 +2,7 @@
 //! block) and the K-quants Q2_K … Q6_K (256 weights a super-block).
 //!
 //! * [`GgmlType`] names a type: block size, bytes per block, GGML type id.
-//! * [`blocks`] holds the `#[repr(C)]` block structs, byte-for-byte llama.cpp's
+//! * `blocks` (crate-private) holds the `#[repr(C)]` block structs, byte-for-byte llama.cpp's
 //!   `ggml-common.h`, and their dequantizers.
 //! * [`dequantize_row`] decodes a row of whole blocks, bit-identical in f32 to
 //!   gguf-py's `gguf.quants.dequantize` (and so to ggml's `dequantize_row_*`).
@@ -11,9 +11,9 @@
 //! * [`random_blocks`] makes valid random blocks for benchmarks and tests.
 //!
 //! Internally every public function dispatches once on the type
-//! ([`with_block`]) to code generic over the block struct.
+//! (`with_block`) to code generic over the block struct.
 
-pub mod blocks;
+pub(crate) mod blocks;
 mod quantize;
 
 use crate::error::{ensure, unsupported, Result};

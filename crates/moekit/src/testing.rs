@@ -1,0 +1,54 @@
+//! Internals re-exported for moekit's own integration tests, examples and
+//! benchmarks. **Not part of the API**: hidden from the docs, may change or
+//! disappear in any release. Code outside this repository should not use it.
+
+/// The fast CPU backend's row dot products and grouped-matmul strategies.
+pub mod cpu_fast {
+    pub use crate::cpu::fast::dot::{dot_row, dot_rows, dot_rows_at, XSums};
+    pub use crate::cpu::fast::gather_mm::{gather_mm_with, Strategy};
+}
+
+pub use crate::format::rows::{RawRow, RowDecoder, ScaleRow};
+
+/// The row decoder of `w` (what the CPU backends read weights through).
+pub fn decoder(w: &crate::QuantWeights) -> crate::Result<RowDecoder<'_>> {
+    w.decoder()
+}
+
+/// The CUDA backend's NVRTC compiler, kernel instances and typed launch
+/// wrappers (each checks its arguments; the raw `launch` stays private).
+pub mod cuda {
+    pub use crate::cuda::jit::{compile, compile_cached, Compiled, Source};
+    pub use crate::cuda::ops::all_instances;
+
+    /// `kernels/act.cu`.
+    pub mod act {
+        pub use crate::cuda::ops::act::swiglu_into;
+    }
+    /// `kernels/gather_mm.cu`.
+    pub mod gather_mm {
+        pub use crate::cuda::ops::gather_mm::{gather_mm_into, gather_swiglu_into};
+    }
+    /// `kernels/norm.cu`.
+    pub mod norm {
+        pub use crate::cuda::ops::norm::{epilogue_into, EpilogueOperands, STAGED_MAX_DIM};
+    }
+    /// `kernels/permute.cu`.
+    pub mod permute {
+        pub use crate::cuda::ops::permute::{permute_into, unpermute_into};
+    }
+    /// `kernels/route.cu`.
+    pub mod route {
+        pub use crate::cuda::ops::route::route_into;
+    }
+    /// `kernels/sort.cu`.
+    pub mod sort {
+        pub use crate::cuda::ops::sort::expert_sort_into;
+    }
+    /// `kernels/tc_gemm.cu`.
+    pub mod tc_gemm {
+        pub use crate::cuda::ops::tc_gemm::{
+            matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
+        };
+    }
+}
