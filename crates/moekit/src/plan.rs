@@ -40,9 +40,15 @@ pub struct Plan {
 ///
 /// With 16-bit activations the decode path runs its expert matrices on
 /// tensor cores (2026-11-24, bench/results/h100/decode/2026-11-24.md),
-/// decode vs tensor-core path at T = 16: affine4-g64 0.195 vs 0.318 ms,
-/// q4_k 0.208 vs 0.317, q4_0 0.282 vs 0.330, q8_0 0.396 vs 0.409, bf16
-/// 0.350 vs 0.381 → decode up to 16 tokens for every format.
+/// decode vs tensor-core path, ms:
+/// * T = 16: affine4-g64 0.191 vs 0.320, q4_k 0.207 vs 0.313, q8_0 0.397 vs
+///   0.415, bf16 0.352 vs 0.383;
+/// * T = 32: affine4-g64 0.288 vs 0.401, q4_k 0.309 vs 0.391, q8_0 0.565
+///   vs 0.526, bf16 0.501 vs 0.489;
+/// * T = 64: affine4-g64 0.416 vs 0.426, q4_k 0.438 vs 0.422;
+///
+/// → 4-bit and narrower codes decode up to 32 tokens, 8-bit codes and
+/// dense weights up to 16.
 ///
 /// With f32 activations it keeps its CUDA-core kernels, whose crossover
 /// was (bench/results/h100/tc/crossover_*.json): affine4-g64 T = 8 0.238 vs
@@ -51,7 +57,12 @@ pub struct Plan {
 /// dense at 1 token only.
 pub fn decode_max_tokens(expert_format: WeightFormat, activations: DType) -> usize {
     if matches!(activations, DType::Bf16 | DType::F16) {
-        return 16;
+        let narrow = match expert_format {
+            WeightFormat::Affine(p) => p.bits < 8,
+            WeightFormat::Ggml(t) => !matches!(t, crate::format::ggml::GgmlType::Q8_0),
+            WeightFormat::AffineU8 { .. } | WeightFormat::Dense(_) => false,
+        };
+        return if narrow { 32 } else { 16 };
     }
     match expert_format {
         WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } => 8,
