@@ -313,6 +313,30 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
 }
 
 
+// The expert of gate/up grid row blockIdx.y: active expert y, or (y =
+// max_active) the shared expert; false when the row has none this call.
+__device__ __forceinline__ bool gate_up_expert(const DecodeParams& p, bool& shared, u32& e) {
+  shared = blockIdx.y == p.max_active;
+  e = 0;
+  if (shared) return p.sg.data != nullptr;
+  if (blockIdx.y >= *p.n_active) return false;
+  e = p.active[blockIdx.y];
+  return true;
+}
+
+// Token t's output from its slots' down outputs y(s) (slots t·k + j, and
+// T·k + t for the shared expert): Σ_j w[t, j]·y in slot order rounded to T,
+// plus the gated shared expert rounded again, as the general path rounds.
+template <typename T, typename Y>
+__device__ __forceinline__ T combine_token(const DecodeParams& p, u32 t, const Y& y) {
+  const u32 k = p.top_k;
+  float acc = 0.f;
+  for (u32 j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(p.weights[(u64)t * k + j], y(t * k + j)));
+  float o = to_f32(from_f32<T>(acc));
+  if (p.sd.data) o = to_f32(from_f32<T>(o + p.shared_factor[t] * y(p.n_tokens * k + t)));
+  return from_f32<T>(o);
+}
+
 }  // namespace moekit
 
 #include "moekit/decode_f32.cuh"
@@ -418,14 +442,9 @@ template <typename F, typename T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __grid_constant__ DecodeParams p) {
   __shared__ __align__(16) float red[MMA_RED];
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, k = p.top_k, H = p.hidden;
-  const bool shared = blockIdx.y == p.max_active;
-  u32 e = 0;
-  if (!shared) {
-    if (blockIdx.y >= *p.n_active) return;
-    e = p.active[blockIdx.y];
-  } else if (p.sg.data == nullptr) {
-    return;
-  }
+  bool shared;
+  u32 e;
+  if (!gate_up_expert(p, shared, e)) return;
   const DecodeW& G = shared ? p.sg : p.gate_w;
   const DecodeW& U = shared ? p.su : p.up_w;
   const u32 n_rows = shared ? p.sd.k : p.down_w.k;  // I (or Is): down's K
@@ -524,12 +543,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 3) decode_down_mma(const __gri
   T* out = static_cast<T*>(p.out);
   for (u32 i = threadIdx.x; i < nt * nr; i += blockDim.x) {
     const u32 t = i / nr, h = row_base + i % nr;
-    float acc = 0.f;
-    for (u32 j = 0; j < k; ++j)
-      acc = __fadd_rn(acc, __fmul_rn(p.weights[(u64)t * k + j], __ldcg(p.y + (u64)(t * k + j) * H + h)));
-    float o = to_f32(from_f32<T>(acc));
-    if (has_shared) o = to_f32(from_f32<T>(o + p.shared_factor[t] * __ldcg(p.y + (u64)(n_slots + t) * H + h)));
-    out[(u64)t * H + h] = from_f32<T>(o);
+    out[(u64)t * H + h] = combine_token<T>(p, t, [&](u32 s) { return __ldcg(p.y + (u64)s * H + h); });
   }
   if (threadIdx.x == 0) p.tile_tickets[blockIdx.x] = 0;  // ready for the next launch (graph replay)
 }

@@ -170,14 +170,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
   extern __shared__ __align__(16) u8 dec_tiles[];
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const u32 nt = p.n_tokens, H = p.hidden, k = p.top_k;
-  const bool shared = blockIdx.y == p.max_active;
-  u32 e = 0;
-  if (!shared) {
-    if (blockIdx.y >= *p.n_active) return;
-    e = p.active[blockIdx.y];
-  } else if (p.sg.data == nullptr) {
-    return;
-  }
+  bool shared;
+  u32 e;
+  if (!gate_up_expert(p, shared, e)) return;
   const DecodeW& G = shared ? p.sg : p.gate_w;
   const DecodeW& U = shared ? p.su : p.up_w;
   const u32 n_rows = shared ? p.sd.k : p.down_w.k;  // I (or Is): down's K
@@ -360,11 +355,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_down(const __grid_co
   T* out = static_cast<T*>(p.out);
   for (u32 i = threadIdx.x; i < nt * nr; i += blockDim.x) {
     const u32 t = i / nr, r = i % nr;
-    float acc = 0.f;
-    for (u32 j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(p.weights[(u64)t * k + j], ys[(t * k + j) * R + r]));
-    float o = to_f32(from_f32<T>(acc));
-    if (p.sd.data) o = to_f32(from_f32<T>(o + p.shared_factor[t] * ys[(n_slots + t) * R + r]));
-    out[(u64)t * H + h0 + r] = from_f32<T>(o);
+    out[(u64)t * H + h0 + r] = combine_token<T>(p, t, [&](u32 s) { return ys[s * R + r]; });
   }
 }
 
