@@ -87,6 +87,41 @@ struct DecodeParams {
 };
 static_assert(sizeof(DecodeParams) == 520, "DecodeParams layout");
 
+// ---------------------------------------------------------------------------
+// Kernel boundaries. On sm_90 decode.rs starts gate/up and down as
+// programmatic dependent launches: each kernel lets the next one launch as
+// soon as all of its own blocks have started (pdl_trigger), and a kernel
+// waits for the previous one to complete, its memory visible
+// (pdl_wait = griddepcontrol.wait), before it touches anything an earlier
+// kernel wrote — so launch latency and block scheduling overlap the
+// previous kernel's tail. Launched in plain stream order, both are no-ops.
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Arrival of one block at a ticket word: true for the last of `count`
+// blocks. After the block's barrier, one release-acquire atomic orders
+// every thread's earlier writes before the ticket (bar.sync + cumulativity)
+// and, for the last block, the other blocks' writes before the reads that
+// follow its next barrier — no per-thread fence.
+__device__ __forceinline__ bool last_arrival(u32* ticket, u32 count, u32* s_flag) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u32 old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(ticket) : "memory");
+    *s_flag = old == count - 1;
+  }
+  __syncthreads();
+  return *s_flag != 0;
+}
+
 constexpr int DEC_WARPS = 8;    // warps per block of decode_gate_up and decode_down
 constexpr u32 ROUTE_WARPS = 8;  // warps per decode_route block: router rows, then a token each
 constexpr int DEC_TG = 4;      // tokens per register group
@@ -110,6 +145,7 @@ template <int CHUNK, typename T>
 __device__ __forceinline__ void load_chunk(const T* row, u32 k0, u32 k, float (&v)[CHUNK]) {
   const T* src = row + k0;
   constexpr int PER = 16 / (int)sizeof(T);  // values per 16-byte word
+  constexpr int BYTES = CHUNK * (int)sizeof(T);
   if (k0 + CHUNK <= k && (reinterpret_cast<u64>(src) & 15) == 0 && CHUNK % PER == 0) {
 #pragma unroll
     for (int q = 0; q < CHUNK / PER; ++q) {
@@ -118,6 +154,12 @@ __device__ __forceinline__ void load_chunk(const T* row, u32 k0, u32 k, float (&
 #pragma unroll
       for (int i = 0; i < PER; ++i) v[q * PER + i] = to_f32(e[i]);
     }
+  } else if (BYTES == 8 && k0 + CHUNK <= k && (reinterpret_cast<u64>(src) & 7) == 0) {
+    // 16-bit activations against an f32 router's 4-value chunks: one 8-byte load.
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+    const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+    for (int i = 0; i < CHUNK; ++i) v[i] = to_f32(e[i]);
   } else {
 #pragma unroll
     for (int i = 0; i < CHUNK; ++i) v[i] = k0 + i < k ? to_f32(src[i]) : 0.f;
@@ -203,6 +245,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
   const u32 nch = (H + FR::CHUNK - 1) / FR::CHUNK;
   const T* x = static_cast<const T*>(p.x);
   constexpr u32 STRIDE = 32 * ROUTE_ROW_WARPS;
+  pdl_trigger();
   for (u32 t0 = 0; t0 < nt; t0 += DEC_TG) {
     float acc[DEC_TG];
 #pragma unroll
@@ -243,12 +286,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
     __syncthreads();
   }
   // Last block to finish routes every token.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(p.ticket, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_arrival(p.ticket, gridDim.x, &s_last)) return;
   const u32 n = nt * k;
   u32* ids_s = reinterpret_cast<u32*>(dec_smem + max(p.route_warps * 3 * E, E + 1));
   if (warp < p.route_warps) {
@@ -313,9 +351,12 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
 }
 
 
-// The expert of gate/up grid row blockIdx.y: active expert y, or (y =
-// max_active) the shared expert; false when the row has none this call.
-__device__ __forceinline__ bool gate_up_expert(const DecodeParams& p, bool& shared, u32& e) {
+// The start of a gate/up block: waits for the routing step, then finds the
+// expert of grid row blockIdx.y — active expert y, or (y = max_active) the
+// shared expert; false when the row has none this call.
+__device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& shared, u32& e) {
+  pdl_trigger();
+  pdl_wait();
   shared = blockIdx.y == p.max_active;
   e = 0;
   if (shared) return p.sg.data != nullptr;
@@ -444,7 +485,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, k = p.top_k, H = p.hidden;
   bool shared;
   u32 e;
-  if (!gate_up_expert(p, shared, e)) return;
+  if (!gate_up_begin(p, shared, e)) return;
   const DecodeW& G = shared ? p.sg : p.gate_w;
   const DecodeW& U = shared ? p.su : p.up_w;
   const u32 n_rows = shared ? p.sd.k : p.down_w.k;  // I (or Is): down's K
@@ -497,6 +538,8 @@ template <typename F, typename T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 3) decode_down_mma(const __grid_constant__ DecodeParams p) {
   __shared__ __align__(16) float red[MMA_RED];
   __shared__ u32 s_last;
+  pdl_trigger();
+  pdl_wait();  // gate/up's act rows (and, through it, the routing)
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, H = p.hidden, k = p.top_k;
   const u32 n_slots = nt * k;
   const u32 n_active = *p.n_active;
@@ -532,13 +575,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 3) decode_down_mma(const __gri
       mma_group<F, T, 1, 2>(mw, rows, xr, n_spans, red, emit);
     }
   }
-  // The tile's last block combines (its y rows are visible after the fence).
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(p.tile_tickets + blockIdx.x, 1u) == n_active + (has_shared ? 1u : 0u) - 1u;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  // The tile's last block combines (the other blocks' y rows are visible).
+  if (!last_arrival(p.tile_tickets + blockIdx.x, n_active + (has_shared ? 1u : 0u), &s_last)) return;
   const u32 nr = min(tile_rows, H - row_base);
   T* out = static_cast<T*>(p.out);
   for (u32 i = threadIdx.x; i < nt * nr; i += blockDim.x) {

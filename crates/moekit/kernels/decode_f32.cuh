@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
   const u32 nt = p.n_tokens, H = p.hidden, k = p.top_k;
   bool shared;
   u32 e;
-  if (!gate_up_expert(p, shared, e)) return;
+  if (!gate_up_begin(p, shared, e)) return;
   const DecodeW& G = shared ? p.sg : p.gate_w;
   const DecodeW& U = shared ? p.su : p.up_w;
   const u32 n_rows = shared ? p.sd.k : p.down_w.k;  // I (or Is): down's K
@@ -314,6 +314,8 @@ template <typename F, typename T>
 __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_down(const __grid_constant__ DecodeParams p) {
   extern __shared__ __align__(16) u8 dec_tiles[];
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  pdl_trigger();
+  pdl_wait();  // gate/up's act rows (and, through it, the routing)
   const u32 nt = p.n_tokens, H = p.hidden, k = p.top_k, R = p.down_rows;
   const u32 n_slots = nt * k;
   const u32 h0 = blockIdx.x * R;

@@ -62,6 +62,11 @@ __device__ __forceinline__ u64 rank_key(float v, u32 i) {
   return ((u64)o << 32) | (u64)(0xFFFFFFFFu - i);
 }
 
+// Keys a lane holds in registers for the selection (indices lane + 32 j,
+// j < SEL_REG): E ≤ 32 · SEL_REG selects without shared-memory loads in
+// its rounds; larger E re-reads the lane's share from `key`.
+constexpr u32 SEL_REG = 8;
+
 // The best key of this lane's share (indices lane + 32 j, bit j of `taken`
 // clear) and its j; key 0 when none.
 __device__ __forceinline__ u64 lane_best(const float* key, u32 n, u32 lane, u32 taken, u32& bj) {
@@ -77,23 +82,60 @@ __device__ __forceinline__ u64 lane_best(const float* key, u32 n, u32 lane, u32 
   return best;
 }
 
+// The same over keys held in registers (0 = absent or taken).
+__device__ __forceinline__ u64 reg_best(const u64 (&k)[SEL_REG], u32& bj) {
+  u64 best = 0;
+#pragma unroll
+  for (u32 j = 0; j < SEL_REG; ++j)
+    if (k[j] > best) {
+      best = k[j];
+      bj = j;
+    }
+  return best;
+}
+
+// The 64-bit warp max of unique keys, as two 32-bit warp reductions
+// (redux.sync, sm_80+): the largest high word, then the largest low word
+// among the lanes that hold it.
+__device__ __forceinline__ u64 warp_max_key(u64 best) {
+  const u32 hi = (u32)(best >> 32), mh = __reduce_max_sync(kFull, hi);
+  const u32 ml = __reduce_max_sync(kFull, hi == mh ? (u32)best : 0u);
+  return ((u64)mh << 32) | ml;
+}
+
 // Selects the `count` best of key[0..n) (n ≤ 1024, count ≤ n) in rank order:
 // lane j < count receives the index of the j-th best in `nth` (kNone for the
 // others). Returns this lane's mask of selected keys (bit i: key lane + 32 i).
 // Every lane of the warp must call it; `key` must be visible to all lanes.
-// Each round is one 64-bit warp max (keys are unique: they hold the index).
+// Each round is one warp max of unique keys (they hold the index); the
+// winning lane then finds its next best — in registers for n ≤ 32·SEL_REG.
 __device__ u32 select_best(const float* key, u32 n, u32 count, u32 lane, u32& nth) {
   u32 taken = 0, bj = 0;
   nth = kNone;
+  if (n <= 32 * SEL_REG) {
+    u64 k[SEL_REG];
+#pragma unroll
+    for (u32 j = 0; j < SEL_REG; ++j) {
+      const u32 e = lane + 32 * j;
+      k[j] = e < n ? rank_key(key[e], e) : 0;
+    }
+    u64 best = reg_best(k, bj);
+    for (u32 j = 0; j < count; ++j) {
+      const u64 m = warp_max_key(best);
+      if (lane == j) nth = 0xFFFFFFFFu - (u32)m;  // 0 (no candidate) decodes to kNone
+      if (m != 0 && best == m) {
+        taken |= 1u << bj;
+#pragma unroll
+        for (u32 i = 0; i < SEL_REG; ++i)
+          if (i == bj) k[i] = 0;
+        best = reg_best(k, bj);
+      }
+    }
+    return taken;
+  }
   u64 best = lane_best(key, n, lane, taken, bj);
   for (u32 j = 0; j < count; ++j) {
-    u64 m = best;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const u64 other = __shfl_xor_sync(kFull, m, o);
-      m = other > m ? other : m;
-    }
-    // 0 (no candidate) decodes to kNone.
+    const u64 m = warp_max_key(best);
     if (lane == j) nth = 0xFFFFFFFFu - (u32)m;
     if (m != 0 && best == m) {
       taken |= 1u << bj;
@@ -110,19 +152,33 @@ __device__ __forceinline__ float all_max(const float* buf, u32 n, u32 lane) {
   return warp_max(m);
 }
 
-// 0 + buf[0] + buf[1] + … in index order (every lane computes it: broadcast reads).
+// 0 + buf[0] + buf[1] + … in index order (every lane computes it: broadcast
+// reads). Blocks of 32 values are loaded before they are added, so only the
+// additions are serial.
 __device__ __forceinline__ float ordered_sum(const float* buf, u32 n) {
   float s = 0.f;
-  // Unrolled so the loads issue ahead of the (serial) additions.
-#pragma unroll 8
-  for (u32 e = 0; e < n; ++e) s = __fadd_rn(s, buf[e]);
+  u32 e = 0;
+  for (; e + 32 <= n; e += 32) {
+    float v[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = buf[e + i];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s = __fadd_rn(s, v[i]);
+  }
+  for (; e < n; ++e) s = __fadd_rn(s, buf[e]);
   return s;
 }
 
-// 0 + v(lane 0) + … + v(lane k-1) in slot order, on every lane.
+// 0 + v(lane 0) + … + v(lane k-1) in slot order (k ≤ 32), on every lane:
+// the k shuffles are independent, only the additions are serial.
 __device__ __forceinline__ float slot_sum(float v, u32 k) {
+  float x[32];
+#pragma unroll
+  for (int j = 0; j < 32; ++j) x[j] = __shfl_sync(kFull, v, j);
   float s = 0.f;
-  for (u32 j = 0; j < k; ++j) s = __fadd_rn(s, __shfl_sync(kFull, v, j));
+#pragma unroll
+  for (int j = 0; j < 32; ++j)
+    if ((u32)j < k) s = __fadd_rn(s, x[j]);
   return s;
 }
 
@@ -157,6 +213,8 @@ struct SoftmaxTopK {
   static __device__ void run(const RouteParams& p, const Warp& w, u32& id, float& wt) {
     select_best(w.a, w.n, w.k, w.lane, id);
     const float m = all_max(w.a, w.n, w.lane);
+    // Unrolled: independent exponentials overlap.
+#pragma unroll 4
     for (u32 e = w.lane; e < w.n; e += 32) w.b[e] = exp_f32(__fsub_rn(w.a[e], m));
     __syncwarp();
     const float sum = ordered_sum(w.b, w.n);

@@ -8,7 +8,7 @@
 
 use super::gather_mm::{all_format_types, format_type, group_shift, weight_src};
 use super::route::rule_params;
-use super::{ctype, launch, Geometry, FLOAT_DTYPES};
+use super::{ctype, launch, launch_ordered, Geometry, Order, FLOAT_DTYPES};
 use crate::cuda::jit::Source;
 use crate::error::{ensure, Result};
 use crate::format::QuantWeights;
@@ -46,9 +46,23 @@ const MMA_SPAN: usize = 128;
 /// on the batch.
 fn mma_split(k: usize) -> usize {
     k.div_ceil(MMA_SPAN)
-        .div_ceil(4)
+        .div_ceil(spans_per_warp())
         .next_power_of_two()
         .clamp(1, MMA_WARPS)
+}
+
+/// Spans of K a tensor-core expert warp aims to take: 4, or
+/// `MOEKIT_DECODE_SPANS` (1..=16, read once; a tuning knob — the split
+/// stays a function of K alone within a process).
+fn spans_per_warp() -> usize {
+    static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| {
+        std::env::var("MOEKIT_DECODE_SPANS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|v| (1..=16).contains(v))
+            .unwrap_or(4)
+    })
 }
 
 /// Rows per tensor-core expert block for K (16 per row tile, 8 / split tiles).
@@ -120,6 +134,7 @@ struct DecodeParams {
     pad: u32,
 }
 const _: () = assert!(std::mem::size_of::<DecodeParams>() == 520);
+
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
 
@@ -581,21 +596,24 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
             params,
             "decode_route",
         )?;
-        launch(
+        // Both wait (pdl_wait) before reading what the step before wrote.
+        launch_ordered(
             &dev,
             &SRC,
             &format!("moekit::{kgu}<{fg}, {tn}>"),
             g2,
             params,
             kgu,
+            Order::Dependent,
         )?;
-        launch(
+        launch_ordered(
             &dev,
             &SRC,
             &format!("moekit::{kdn}<{fd}, {tn}>"),
             g3,
             params,
             kdn,
+            Order::Dependent,
         )?;
     }
     // The routing, as tensors viewing the scratch (kept alive by reference count).

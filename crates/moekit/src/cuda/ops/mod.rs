@@ -71,6 +71,28 @@ pub struct Geometry {
     pub shared: u32,
 }
 
+/// How a kernel is started after the previous one on the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Plain stream order: starts when the previous kernel has finished.
+    Stream,
+    /// Programmatic dependent launch (sm_90+, where [`pdl_enabled`]): may
+    /// start once every block of the previous kernel has started or
+    /// signalled (`griddepcontrol.launch_dependents`), so its launch and
+    /// prologue overlap that kernel's tail. Only for kernels that execute
+    /// `griddepcontrol.wait` before they touch anything earlier kernels
+    /// wrote. Elsewhere it is plain stream order.
+    Dependent,
+}
+
+/// Whether [`Order::Dependent`] launches use programmatic dependent launch:
+/// sm_90+ unless `MOEKIT_PDL=0` (read once; for A/B measurements).
+pub fn pdl_enabled(dev: &CudaDevice) -> bool {
+    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let env = *ENV.get_or_init(|| std::env::var("MOEKIT_PDL").map_or(true, |v| v != "0"));
+    env && dev.arch().major >= 9
+}
+
 /// Launches `name_expr` of `source` with `params` on the device's stream.
 /// An empty grid launches nothing.
 ///
@@ -85,6 +107,25 @@ pub unsafe fn launch<P: DeviceRepr>(
     geo: Geometry,
     params: P,
     op: &'static str,
+) -> Result<()> {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { launch_ordered(dev, source, name_expr, geo, params, op, Order::Stream) }
+}
+
+/// [`launch`] with an explicit [`Order`].
+///
+/// # Safety
+/// As [`launch`]; with [`Order::Dependent`] the kernel must also execute
+/// `griddepcontrol.wait` (decode.cu `pdl_wait`) before its first access to
+/// memory that earlier kernels on the stream write.
+pub unsafe fn launch_ordered<P: DeviceRepr>(
+    dev: &CudaDevice,
+    source: &'static Source,
+    name_expr: &str,
+    geo: Geometry,
+    params: P,
+    op: &'static str,
+    order: Order,
 ) -> Result<()> {
     if geo.grid.0 == 0 || geo.grid.1 == 0 || geo.grid.2 == 0 {
         return Ok(());
@@ -101,6 +142,10 @@ pub unsafe fn launch<P: DeviceRepr>(
         .map_err(cuda_err(op))?;
     }
     LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if order == Order::Dependent && pdl_enabled(dev) {
+        // SAFETY: forwarded from the caller's contract.
+        return unsafe { launch_pdl(dev, &f, geo, params, op) };
+    }
     let cfg = LaunchConfig {
         grid_dim: geo.grid,
         block_dim: geo.block,
@@ -110,6 +155,53 @@ pub unsafe fn launch<P: DeviceRepr>(
     b.arg(&params);
     // SAFETY: forwarded from the caller's contract.
     unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda_err(op))
+}
+
+/// `cuLaunchKernelEx` with programmatic stream serialization allowed
+/// (cudarc's launch builder has no launch attributes).
+///
+/// # Safety
+/// As [`launch_ordered`] with [`Order::Dependent`].
+unsafe fn launch_pdl<P: DeviceRepr>(
+    dev: &CudaDevice,
+    f: &cudarc::driver::CudaFunction,
+    geo: Geometry,
+    params: P,
+    op: &'static str,
+) -> Result<()> {
+    use cudarc::driver::sys;
+    dev.context().bind_to_thread().map_err(cuda_err(op))?;
+    // SAFETY: an all-zero attribute is a valid value of this plain C union.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: geo.grid.0,
+        gridDimY: geo.grid.1,
+        gridDimZ: geo.grid.2,
+        blockDimX: geo.block.0,
+        blockDimY: geo.block.1,
+        blockDimZ: geo.block.2,
+        sharedMemBytes: geo.shared,
+        hStream: dev.stream().cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut arg = params;
+    let mut args = [(&mut arg as *mut P).cast::<std::ffi::c_void>()];
+    // SAFETY: `cfg` and `attr` outlive the call; `args` holds one pointer to
+    // the params struct, the kernel's only parameter (the caller's contract),
+    // which the driver copies before returning.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &cfg,
+            f.cu_function(),
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(cuda_err(op))
 }
 
 static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
