@@ -236,7 +236,7 @@ struct TcDecQ4K {
 };
 
 // The decoder of format F for activations T: the generic one unless a fast
-// one is specialized below.
+// one is specialized below (GGUF: in tc_decode_gguf.cuh, included at the end).
 template <typename F, typename T> struct TcDecOf { typedef TcDecCodes<F, T> type; };
 template <typename S, typename T> struct TcDecOf<FmtAffine<4, S>, T> { typedef TcDecAffine4<S, T> type; };
 template <typename T> struct TcDecOf<FmtQ4_K, T> { typedef TcDecQ4K<T> type; };
@@ -244,3 +244,6 @@ template <typename S, typename T> struct TcDecOf<FmtAffine<8, S>, T> { typedef T
 template <typename T> struct TcDecOf<FmtAffineU8, T> { typedef TcDecBytes<float, T> type; };
 
 }  // namespace moekit
+
+// The GGUF block decoders (Q8_0, Q4_0) and their TcDecOf specializations.
+#include "moekit/tc_decode_gguf.cuh"

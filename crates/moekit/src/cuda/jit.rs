@@ -44,6 +44,7 @@ pub static HEADERS: &[Source] = &[
     header!("dequant.cuh"),
     header!("pipe.cuh"),
     header!("tc_decode.cuh"),
+    header!("tc_decode_gguf.cuh"),
     header!("mma.cuh"),
     header!("decode_mma.cuh"),
     header!("decode_f32.cuh"),
