@@ -61,6 +61,14 @@ struct Pk : PkType<T> {
   __device__ static __forceinline__ u32 pack(float lo, float hi) { return bits(PkType<T>::pair(lo, hi)); }
   // v minus its rounding to T (exact in f32).
   __device__ static __forceinline__ float residual(float v) { return v - to_f32(from_f32<T>(v)); }
+  // (x & mask) | MAGIC in one LOP3 (the compiler splits the two immediates
+  // into two): codes under the magic pair's exponent.
+  template <u32 MASK>
+  __device__ static __forceinline__ u32 magic(u32 x) {
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "r"(PkType<T>::MAGIC));
+    return r;
+  }
   // (v + NEG) · s + b, pairwise: the magic pair's codes, scaled and offset.
   __device__ static __forceinline__ u32 scale(u32 v, u32 s, u32 b) {
     const u32 neg = PkType<T>::NEG;
@@ -113,10 +121,10 @@ template <typename T> struct TcDirect<FmtDense<T>, T> { static constexpr bool va
 template <typename T>
 __device__ __forceinline__ uint4 nibbles8(u32 w, u32 s2, u32 b2) {
   // Pairs (0,4), (1,5), (2,6), (3,7): nibbles 4 apart sit 16 bits apart.
-  const u32 a0 = Pk<T>::scale((w & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);
-  const u32 a1 = Pk<T>::scale(((w >> 4) & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);
-  const u32 a2 = Pk<T>::scale(((w >> 8) & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);
-  const u32 a3 = Pk<T>::scale(((w >> 12) & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);
+  const u32 a0 = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w), s2, b2);
+  const u32 a1 = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 4), s2, b2);
+  const u32 a2 = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 8), s2, b2);
+  const u32 a3 = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 12), s2, b2);
   return make_uint4(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410), __byte_perm(a0, a1, 0x7632),
                     __byte_perm(a2, a3, 0x7632));
 }
@@ -227,8 +235,8 @@ struct TcDecQ4K {
   // Codes l .. l + 3 at bits 8i + shift of w → pairs (l, l+1), (l+2, l+3).
   __device__ __forceinline__ void four(u32 w, u32& lo, u32& hi) const {
     const u32 y = w >> shift;
-    const u32 a = Pk<T>::scale((y & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);         // (l, l+2)
-    const u32 b = Pk<T>::scale(((y >> 8) & 0x000F000Fu) | Pk<T>::MAGIC, s2, b2);  // (l+1, l+3)
+    const u32 a = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(y), s2, b2); // (l, l+2)
+    const u32 b = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(y >> 8), s2, b2);  // (l+1, l+3)
     lo = __byte_perm(a, b, 0x5410);
     hi = __byte_perm(a, b, 0x7632);
   }

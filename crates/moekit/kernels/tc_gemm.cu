@@ -26,7 +26,9 @@
 //   * A tiles (BM × 64 of T) go to shared memory with cp.async, S stages;
 //   * the weights' packed bytes (raw: blocks, codes, scales and biases, the
 //     whole storage unit, KR = max(64, UNIT_W) columns at a time) go to
-//     shared memory with cp.async, RS stages;
+//     shared memory with cp.async, RS stages, one step ahead of A where
+//     shared memory allows (a step's copy group holds its A tile and the
+//     next step's raw stage: TcGeo::LEAD);
 //   * one step ahead, the block decodes the raw bytes of the next step into
 //     a 128 × 64 tile of T with the format's tile decoder (tc_decode.cuh:
 //     packed conversions where the format has them, else `F::codes`, as
@@ -87,7 +89,6 @@ struct TcGeo {
   static constexpr int S = TcStages<BM>::value;
   static constexpr int KR = F::UNIT_W > TC_BK ? F::UNIT_W : TC_BK;  // raw columns a stage
   static constexpr int RSTEPS = KR / TC_BK;                         // steps a raw stage feeds
-  static constexpr int RS = 1 + (S - 2 + RSTEPS - 1) / RSTEPS;      // raw stages (see the loop)
   static constexpr bool AUX = !is_void<typename F::Scale>::value;
   static constexpr int AUX_ELEMS = KR / 32;                         // most groups a stage covers
   static constexpr int DATA_BYTES = KR / F::UNIT_W * F::UNIT_BYTES; // a row's packed bytes a stage
@@ -109,7 +110,22 @@ struct TcGeo {
   // Tiles of ≥ 32 rows may run on wgmma (sm_90a), whose swizzle needs
   // 1024-byte-aligned tiles: room to align the dynamic shared memory.
   static constexpr int SLACK = BM >= 32 ? 1024 : 0;
-  static constexpr int SMEM = S * A_BYTES + BS * B_BYTES + (DIRECT ? 0 : RS * RAW_BYTES) + SLACK;
+  // Raw stages: with LEAD = 1 a step's copy group carries the next step's
+  // raw stage (the raw stages of steps ks + 1 .. ks + S are live at once),
+  // with LEAD = 0 its own (ks + 1 .. ks + S − 1), one stage fewer but each
+  // step then waits for the copies issued one step before. LEAD = 1 unless
+  // its extra stage would fit fewer blocks on an SM (the loop's wait depth:
+  // WAIT).
+  static constexpr int rs_for(int lead) { return 1 + (S - 2 + lead + RSTEPS - 1) / RSTEPS; }
+  static constexpr int smem_for(int lead) {
+    return S * A_BYTES + BS * B_BYTES + (DIRECT ? 0 : rs_for(lead) * RAW_BYTES) + SLACK;
+  }
+  // Blocks an SM holds by shared memory: 228 KB, 1 KB reserved a block.
+  static constexpr int blocks_for(int smem) { return 233472 / (smem + 1024); }
+  static constexpr int LEAD = DIRECT || blocks_for(smem_for(1)) >= blocks_for(smem_for(0)) ? 1 : 0;
+  static constexpr int RS = rs_for(LEAD);
+  static constexpr int WAIT = S - 3 + (DIRECT ? 1 : LEAD);  // copy groups a step leaves in flight
+  static constexpr int SMEM = smem_for(LEAD);
   static_assert(F::CHUNK <= 32 && 32 % F::CHUNK == 0, "a slice is whole chunks");
   static_assert(TC_THREADS == 2 * TC_BROWS && TC_BK == 64, "two threads a weight row, 32 columns each");
 };
@@ -284,7 +300,43 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   constexpr int A_PER = (BM * 8 + TC_THREADS - 1) / TC_THREADS;
   const u32 a_u = tid & 7;
   const u32 a_sw = swz(tid >> 3, a_u);  // + 32c rows = + 4096c bytes, same swizzle
-  // Issues the copies of step j (A tile; raw stage when j starts one).
+  // Issues the raw stage that step j starts, if it starts one (every step
+  // issues the next step's: `issue`).
+  auto issue_raw = [&](u32 j) {
+    if (j >= n_steps || j % G::RSTEPS != 0 || !my_valid) return;
+    const u32 kr0 = j * TC_BK;  // = raw stage start (a multiple of KR)
+    const u32 kr1 = min(kr0 + (u32)G::KR, p.k);
+    u8* r_dst = my_raw + (j / G::RSTEPS % G::RS) * G::RAW_BYTES;
+    const u32 dbytes = (kr1 - kr0) / F::UNIT_W * F::UNIT_BYTES;
+    const u8* src = my_data + kr0 / F::UNIT_W * F::UNIT_BYTES;
+    if constexpr (G::ALIGNED) {
+#pragma unroll
+      for (int c = 0; c < (G::DATA_BYTES / 16 + 1) / 2; ++c) {
+        const u32 w = h_me + 2 * c;
+        if (16u * w < dbytes) cp_async16(r_dst + 16u * w, src + 16u * w, 16u);
+      }
+    } else {
+      const u32 head = (u32)(reinterpret_cast<u64>(src) & 15u), end = head + dbytes;
+#pragma unroll
+      for (int c = 0; c < (G::WORDS + 1) / 2; ++c) {
+        const u32 w = h_me + 2 * c;
+        if (16u * w < end) cp_async16(r_dst + 16u * w, src - head + 16u * w, end - 16u * w >= 16u ? 16u : end - 16u * w);
+      }
+    }
+    if constexpr (G::AUX) {
+      typedef typename aux_t<F>::type S;
+      const u32 g0 = kr0 >> p.group_shift, g1 = ((kr1 - 1) >> p.group_shift) + 1;
+      const u8* asrc = my_aux + g0 * sizeof(S);
+      const u32 ahead = (u32)(reinterpret_cast<u64>(asrc) & 15u), aend = ahead + (g1 - g0) * (u32)sizeof(S);
+      u8* dst = r_dst + G::ROOM_DATA + h_me * G::ROOM_AUX;
+#pragma unroll
+      for (int w = 0; w < (G::ROOM_AUX + 15) / 16; ++w)
+        if (16u * w < aend) cp_async16(dst + 16u * w, asrc - ahead + 16u * w, aend - 16u * w >= 16u ? 16u : aend - 16u * w);
+    }
+  };
+  // Issues the copies of step j's group: its A tile, and the B stage (dense
+  // weights of type T) or the raw stage of step j + LEAD, so that one wait
+  // per step lands both what the step multiplies and what it decodes.
   auto issue = [&](u32 j) {
     if (j >= n_steps) return;
     const u32 k0 = j * TC_BK;
@@ -308,36 +360,8 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
         const bool ok = src != nullptr && k_ok;
         cp_async16(b_dst + 4096 * c, ok ? src + (u64)(k0 + 8 * a_u) * sizeof(T) : p.x, ok ? 16u : 0u);
       }
-    } else if (j % G::RSTEPS == 0 && my_valid) {
-      const u32 kr0 = j * TC_BK;  // = raw stage start (a multiple of KR)
-      const u32 kr1 = min(kr0 + (u32)G::KR, p.k);
-      u8* r_dst = my_raw + (j / G::RSTEPS % G::RS) * G::RAW_BYTES;
-      const u32 dbytes = (kr1 - kr0) / F::UNIT_W * F::UNIT_BYTES;
-      const u8* src = my_data + kr0 / F::UNIT_W * F::UNIT_BYTES;
-      if constexpr (G::ALIGNED) {
-#pragma unroll
-        for (int c = 0; c < (G::DATA_BYTES / 16 + 1) / 2; ++c) {
-          const u32 w = h_me + 2 * c;
-          if (16u * w < dbytes) cp_async16(r_dst + 16u * w, src + 16u * w, 16u);
-        }
-      } else {
-        const u32 head = (u32)(reinterpret_cast<u64>(src) & 15u), end = head + dbytes;
-#pragma unroll
-        for (int c = 0; c < (G::WORDS + 1) / 2; ++c) {
-          const u32 w = h_me + 2 * c;
-          if (16u * w < end) cp_async16(r_dst + 16u * w, src - head + 16u * w, end - 16u * w >= 16u ? 16u : end - 16u * w);
-        }
-      }
-      if constexpr (G::AUX) {
-        typedef typename aux_t<F>::type S;
-        const u32 g0 = kr0 >> p.group_shift, g1 = ((kr1 - 1) >> p.group_shift) + 1;
-        const u8* asrc = my_aux + g0 * sizeof(S);
-        const u32 ahead = (u32)(reinterpret_cast<u64>(asrc) & 15u), aend = ahead + (g1 - g0) * (u32)sizeof(S);
-        u8* dst = r_dst + G::ROOM_DATA + h_me * G::ROOM_AUX;
-#pragma unroll
-        for (int w = 0; w < (G::ROOM_AUX + 15) / 16; ++w)
-          if (16u * w < aend) cp_async16(dst + 16u * w, asrc - ahead + 16u * w, aend - 16u * w >= 16u ? 16u : aend - 16u * w);
-      }
+    } else {
+      issue_raw(j + G::LEAD);
     }
   };
 
@@ -397,7 +421,9 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
 
-  // Prologue: groups 0 .. S-2, then the first decode.
+  // Prologue: groups 0 .. S-2 (with LEAD = 1 group 0 also takes step 0's raw
+  // stage), then the first decode.
+  if constexpr (!G::DIRECT && G::LEAD == 1) issue_raw(0);
 #pragma unroll
   for (int j = 0; j < G::S - 1; ++j) {
     issue(j);
@@ -412,14 +438,16 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
     for (int u = 0; u < 4; ++u) put(0, u, d.unit(u));
   }
 
-  // Step ks: group ks + 1 has landed (wait), every thread is past step
-  // ks − 1 (sync), so A stage (ks − 1) % S, raw stages older than the next
-  // decode's and B buffer (ks + 1) & 1 are free: issue group ks + S − 1,
-  // multiply step ks and, between its four k16 batches of MMAs, decode step
-  // ks + 1 a unit at a time (the last step decodes nothing: its slices have
-  // no columns). A raw stage serves RSTEPS steps; RS = 1 + ⌈(S − 2) /
-  // RSTEPS⌉ stages keep the one being refilled clear of the ones still to be
-  // decoded.
+  // Step ks: group ks (A tile ks, and B stage ks or raw stage ks + 1) has
+  // landed (wait; groups ks + 1 .. ks + S − 2 stay in flight; with LEAD = 0
+  // raw stage ks + 1 comes with group ks + 1, which is waited for too),
+  // every thread is past step ks − 1 (sync), so A stage (ks − 1) % S, raw
+  // stages older than the next decode's and B buffer (ks + 1) & 1 are free:
+  // issue group ks + S − 1, multiply step ks and, between its four k16
+  // batches of MMAs, decode step ks + 1 a unit at a time (the last step
+  // decodes nothing: its slices have no columns). A raw stage serves RSTEPS
+  // steps; RS = rs_for(LEAD) stages keep the one being refilled clear of the
+  // ones still to be decoded.
   if constexpr (WG) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // Weights on wgmma's M side, tokens on N: warpgroup wg multiplies
@@ -427,17 +455,19 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
     // the block decodes the next step meanwhile.
     const u32 wg = warp >> 2;
     for (u32 ks = 0; ks < n_steps; ++ks) {
-      cp_async_wait<G::S - 3>();
+      cp_async_wait<G::WAIT>();
       fence_async_smem();
       __syncthreads();
       issue(ks + G::S - 1);
       cp_async_commit();
-      const u32 a_t = smem_addr(a_sm + (ks % G::S) * G::A_BYTES);
-      const u32 b_t = smem_addr(b_sm + (ks % G::BS) * G::B_BYTES) + wg * 64 * 128;
+      // k16 slice kk starts 32·kk bytes in: + 2kk in the descriptors' address
+      // field (shared addresses stay below 2^18, so it never carries out).
+      const u64 da = wg_desc(smem_addr(b_sm + (ks % G::BS) * G::B_BYTES) + wg * 64 * 128);
+      const u64 db = wg_desc(smem_addr(a_sm + (ks % G::S) * G::A_BYTES));
       wg_keep(wacc);
       wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < TC_BK / 16; ++kk) Wgmma<T, BM>::run(wacc, wg_desc(b_t + 32 * kk), wg_desc(a_t + 32 * kk));
+      for (int kk = 0; kk < TC_BK / 16; ++kk) Wgmma<T, BM>::run(wacc, da + 2 * kk, db + 2 * kk);
       wg_commit();
       wg_keep(wacc);
       if constexpr (!G::DIRECT) {
@@ -452,7 +482,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
 #endif
   } else {
     for (u32 ks = 0; ks < n_steps; ++ks) {
-      cp_async_wait<G::S - 3>();
+      cp_async_wait<G::WAIT>();
       __syncthreads();
       issue(ks + G::S - 1);
       cp_async_commit();

@@ -46,6 +46,9 @@ fn stages(bm: usize) -> usize {
         4
     }
 }
+/// Shared memory of an SM (228 KB; each block also takes 1 KB reserved):
+/// `TcGeo::blocks_for`.
+const SM_SMEM: usize = 233472;
 /// Threads a block (`TC_THREADS`).
 const THREADS: u32 = 256;
 /// Experts the kernel's tile scan covers (`EPT` × threads).
@@ -117,22 +120,49 @@ fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
     let (uw, ub) = unit(w.format());
     let kr = uw.max(BK);
     let rsteps = kr / BK;
-    let rs = 1 + (stages(bm) - 2).div_ceil(rsteps);
     let aux = w.scales().map_or(0, |s| room(kr / 32 * s.dtype().size()));
     // An odd number of 16-byte units (bank-conflict-free row reads).
     let pitch = (room(kr / uw * ub) + 2 * aux) | 16;
-    a_b + 2 * b_tile + rs * BROWS * pitch + slack
+    // Raw stages (`TcGeo::LEAD`, `rs_for`): one more (raw copies one step
+    // ahead of A) unless that fits fewer blocks on an SM.
+    let with = |lead: usize| {
+        let rs = 1 + (stages(bm) - 2 + lead).div_ceil(rsteps);
+        a_b + 2 * b_tile + rs * BROWS * pitch + slack
+    };
+    let blocks = |smem: usize| SM_SMEM / (smem + 1024);
+    if blocks(with(1)) >= blocks(with(0)) {
+        with(1)
+    } else {
+        with(0)
+    }
 }
 
-/// The tile row count for `m` rows spread over up to `n_experts` experts:
-/// the smallest of [`TILE_ROWS`] that holds an expert's expected rows
-/// (`m / min(E, m)`), so few rows per expert waste little of a tile and many
-/// rows get large tiles; 256-row tiles (one block an SM) only past 256 rows,
-/// where two 128-row tiles (two blocks an SM) measured faster for 3 of 4
-/// formats (H100, qwen3-30b-a3b T = 4096, 256 rows an expert, ms 128 vs 256:
-/// affine4 1.38 vs 1.49, bf16 1.21 vs 1.46, q8_0 1.75 vs 1.79, q4_k 1.72 vs
-/// 1.50). It depends on shapes only.
-pub fn tile_rows(m: usize, n_experts: usize) -> usize {
+/// The tile row count for `m` rows spread over up to `n_experts` experts,
+/// the output split into `col_blocks` column blocks of a tile each.
+///
+/// Several experts: the smallest of [`TILE_ROWS`] that holds an expert's
+/// expected rows (`m / min(E, m)`), so few rows per expert waste little of a
+/// tile and many rows get large tiles; 256-row tiles (one block an SM) only
+/// past 256 rows, where two 128-row tiles (two blocks an SM) measured faster
+/// for 3 of 4 formats (H100, qwen3-30b-a3b T = 4096, 256 rows an expert, ms
+/// 128 vs 256: affine4 1.38 vs 1.49, bf16 1.21 vs 1.46, q8_0 1.75 vs 1.79,
+/// q4_k 1.72 vs 1.50).
+///
+/// One expert (the router, a shared expert): the smallest tile whose grid
+/// stays within [`SINGLE_BLOCKS`] blocks, at most 128 rows. Large tiles there
+/// left the GPU idle: the qwen3-30b-a3b router (N = 128, two column blocks)
+/// ran 4 blocks at T = 512 and 32 at T = 4096 on 256-row tiles, 90 µs either
+/// way under ncu (H100), more than the routed experts' down projection at
+/// T = 512; small tiles re-read the weights once per tile from L2, which
+/// the block bound keeps in check. It depends on shapes only.
+pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize) -> usize {
+    if n_experts <= 1 {
+        return TILE_ROWS[..TILE_ROWS.len() - 1]
+            .iter()
+            .copied()
+            .find(|&t| m.div_ceil(t).saturating_mul(col_blocks.max(1)) <= SINGLE_BLOCKS)
+            .unwrap_or(REQUIRED_TILE);
+    }
     let per = m.div_ceil(n_experts.clamp(1, m.max(1)));
     let largest = TILE_ROWS[TILE_ROWS.len() - 1];
     if per > largest {
@@ -143,6 +173,10 @@ pub fn tile_rows(m: usize, n_experts: usize) -> usize {
         .find(|&t| t >= per && t < largest)
         .unwrap_or(TILE_ROWS[TILE_ROWS.len() - 2])
 }
+
+/// Most blocks a single-expert GEMM's tile choice aims for: about two
+/// waves of an H100's 132 SMs.
+pub const SINGLE_BLOCKS: usize = 264;
 
 /// The largest tile every launch may need (256-row tiles are optional: see
 /// [`launch_tile_rows`]).
@@ -155,11 +189,12 @@ const REQUIRED_TILE: usize = 128;
 pub fn launch_tile_rows(
     m: usize,
     n_experts: usize,
+    col_blocks: usize,
     w: &QuantWeights,
     dtype: DType,
     smem_optin: usize,
 ) -> usize {
-    let bm = tile_rows(m, n_experts);
+    let bm = tile_rows(m, n_experts, col_blocks);
     if bm > REQUIRED_TILE && smem_bytes(w, dtype, bm) > smem_optin {
         REQUIRED_TILE
     } else {
@@ -323,9 +358,9 @@ fn run(
         }
     };
     check_out(op, out, x.dtype(), &[m, n])?;
-    let bm = launch_tile_rows(m, e, w, x.dtype(), dev.smem_optin());
-    let smem = smem_bytes(w, x.dtype(), bm);
     let bn = if p_sources == 1 { BROWS } else { BROWS / 2 };
+    let bm = launch_tile_rows(m, e, n.div_ceil(bn), w, x.dtype(), dev.smem_optin());
+    let smem = smem_bytes(w, x.dtype(), bm);
     let m_tiles = m.div_ceil(bm) + if offsets == 0 { 0 } else { e.min(m) };
     let (gx, gy) = (n.div_ceil(bn), m_tiles);
     ensure(
@@ -434,20 +469,23 @@ mod tests {
     #[test]
     fn tile_rows_follow_rows_per_expert() {
         // qwen3-30b-a3b (E = 128, k = 8): T = 1 → 8 rows over 8 experts.
-        assert_eq!(tile_rows(8, 128), 16);
-        assert_eq!(tile_rows(64 * 8, 128), 16);
-        assert_eq!(tile_rows(512 * 8, 128), 32);
-        assert_eq!(tile_rows(1024 * 8, 128), 64);
-        assert_eq!(tile_rows(2048 * 8, 128), 128);
-        assert_eq!(tile_rows(4096 * 8, 128), 128);
-        assert_eq!(tile_rows(4097 * 8, 128), 256);
-        // A single expert (router, shared expert): the largest tile past 64 rows.
-        assert_eq!(tile_rows(1, 1), 16);
-        assert_eq!(tile_rows(100, 1), 128);
-        assert_eq!(tile_rows(256, 1), 128);
-        assert_eq!(tile_rows(300, 1), 256);
-        assert_eq!(tile_rows(100_000, 1), 256);
-        assert_eq!(tile_rows(0, 128), 16);
+        assert_eq!(tile_rows(8, 128, 12), 16);
+        assert_eq!(tile_rows(64 * 8, 128, 12), 16);
+        assert_eq!(tile_rows(512 * 8, 128, 12), 32);
+        assert_eq!(tile_rows(1024 * 8, 128, 12), 64);
+        assert_eq!(tile_rows(2048 * 8, 128, 12), 128);
+        assert_eq!(tile_rows(4096 * 8, 128, 12), 128);
+        assert_eq!(tile_rows(4097 * 8, 128, 1), 256);
+        assert_eq!(tile_rows(0, 128, 12), 16);
+        // A single expert (router, shared expert): the smallest tile whose
+        // grid stays within SINGLE_BLOCKS, at most 128 rows.
+        // qwen3-30b-a3b router (two column blocks): T = 512 and 4096.
+        assert_eq!(tile_rows(512, 1, 2), 16);
+        assert_eq!(tile_rows(4096, 1, 2), 32);
+        assert_eq!(tile_rows(1, 1, 2), 16);
+        assert_eq!(tile_rows(300, 1, 44), 64);
+        assert_eq!(tile_rows(100_000, 1, 2), 128);
+        assert_eq!(tile_rows(100_000, 1, 0), 128);
     }
 
     #[test]
@@ -457,11 +495,34 @@ mod tests {
         let w =
             crate::format::random::random_weights(q6, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
         let m = 4097 * 8;
-        assert_eq!(tile_rows(m, 128), 256);
+        assert_eq!(tile_rows(m, 128, 1), 256);
         assert!(smem_bytes(&w, DType::Bf16, 256) > a100);
-        assert_eq!(launch_tile_rows(m, 128, &w, DType::Bf16, a100), 128);
-        assert_eq!(launch_tile_rows(m, 128, &w, DType::Bf16, 227 * 1024), 256);
+        assert_eq!(launch_tile_rows(m, 128, 1, &w, DType::Bf16, a100), 128);
+        assert_eq!(
+            launch_tile_rows(m, 128, 1, &w, DType::Bf16, 227 * 1024),
+            256
+        );
         assert!(supports(DType::Bf16, &w, a100).is_ok());
+    }
+
+    #[test]
+    fn raw_copies_lead_only_where_occupancy_holds() {
+        // affine4-g64 with f16 scales: raw rows of 112 bytes, 14 KB a stage.
+        let f = WeightFormat::Affine(crate::format::AffineParams {
+            bits: 4,
+            group_size: 64,
+        });
+        let w = crate::format::random::random_weights(f, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
+        // 32 rows: 4 raw stages (one step ahead) still fit two blocks an SM.
+        assert_eq!(
+            smem_bytes(&w, DType::Bf16, 32),
+            16384 + 32768 + 4 * 14336 + 1024
+        );
+        // 128 rows: 3 raw stages would leave one block an SM; 2 keep two.
+        assert_eq!(
+            smem_bytes(&w, DType::Bf16, 128),
+            49152 + 32768 + 2 * 14336 + 1024
+        );
     }
 
     #[test]
