@@ -7,7 +7,9 @@
 //   P = 3:  y[r, n] = Σ_k A[r, k] · hi(W) + Σ_k A[r, k] · lo(W), W split into
 //           hi = T(W) and lo = T(W − hi): about 16 significant bits of an f32
 //           weight (the router, whose top-k choice should not move when its
-//           f32 weights are rounded to T); instantiated for dense f32 only.
+//           f32 weights are rounded to T); instantiated for dense f32
+//           (decoded here) and dense T (the halves split.cu made of one
+//           expert's f32 weights: hi rows, then lo rows).
 //
 // A row r is x[r], or x[gather[r] / gather_div] (the expert-sorted slot's
 // token: the permutation is read, never materialized). Rows are

@@ -286,6 +286,67 @@ fn single_expert_and_f32_split() {
     }
 }
 
+/// One expert's split GEMM copies halves split beforehand (split.cu); two
+/// experts' decodes the f32 weights in the GEMM. Both must give the same
+/// bits: expert 0 of the pair holds the single expert's weights (with a −0,
+/// a subnormal and values just off T's rounding ties), and 12 rows take
+/// 16-row tiles either way.
+#[test]
+fn split_halves_match_the_decoded_split_bit_for_bit() {
+    let (n, k, m) = (130, 520, 12);
+    let mut v = weights(WeightFormat::Dense(DType::F32), 1, n, k, DType::F16, 9)
+        .data()
+        .to_f32_vec()
+        .unwrap();
+    v[0] = -0.0;
+    v[1] = 1e-40;
+    v[2] = f32::from_bits(0x3F80_8000); // 1 + 2^-8: a bf16 tie
+    v[3] = f32::from_bits(0x3F80_1000); // 1 + 2^-11: an f16 tie
+    let single = QuantWeights::new(
+        WeightFormat::Dense(DType::F32),
+        1,
+        n,
+        k,
+        Tensor::from_slice(&v, &[1, n, k]).unwrap(),
+        None,
+        None,
+    )
+    .unwrap()
+    .to_device(gpu())
+    .unwrap();
+    let pair = QuantWeights::new(
+        WeightFormat::Dense(DType::F32),
+        2,
+        n,
+        k,
+        Tensor::from_slice(
+            &v.iter().chain(v.iter()).copied().collect::<Vec<_>>(),
+            &[2, n, k],
+        )
+        .unwrap(),
+        None,
+        None,
+    )
+    .unwrap()
+    .to_device(gpu())
+    .unwrap();
+    let offsets = Tensor::from_slice(&[0u32, m as u32, m as u32], &[3])
+        .unwrap()
+        .to_device(gpu())
+        .unwrap();
+    for dt in [DType::Bf16, DType::F16] {
+        let x = random(&[m, k], dt, 3).to_device(gpu()).unwrap();
+        let a = poisoned(&[m, n], dt);
+        split_matmul_into(&x, &single, TcRows::Single, &a).unwrap();
+        let b = poisoned(&[m, n], dt);
+        split_matmul_into(&x, &pair, TcRows::Sorted(&offsets), &b).unwrap();
+        let (a, b) = (host_f32(&a), host_f32(&b));
+        assert!(a.iter().all(|y| y.is_finite()), "{dt}: unwritten outputs");
+        let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+        assert!(same, "{dt}: split halves and decoded split differ");
+    }
+}
+
 #[test]
 fn bad_offsets_are_reported_not_followed() {
     let f = WeightFormat::Ggml(GgmlType::Q8_0);

@@ -14,6 +14,7 @@ pub mod norm;
 pub mod permute;
 pub mod route;
 pub mod sort;
+pub mod split;
 pub mod tc_gemm;
 pub mod tc_moe;
 
@@ -224,6 +225,7 @@ pub fn all_instances() -> Vec<(&'static Source, String)> {
     v.extend(sort::instances());
     v.extend(act::instances());
     v.extend(gather_mm::instances());
+    v.extend(split::instances());
     v.extend(tc_gemm::instances());
     v
 }

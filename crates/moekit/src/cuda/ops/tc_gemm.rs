@@ -250,13 +250,15 @@ fn kernel_name(w: &QuantWeights, dtype: DType, p: usize, bm: usize) -> Result<St
 pub fn instances() -> Vec<(&'static Source, String)> {
     let mut names = BTreeSet::new();
     for (f, ft) in all_format_types() {
-        // P = 3 (hi/lo split) only for dense f32 weights.
-        let ps: &[usize] = if f == WeightFormat::Dense(DType::F32) {
-            &[1, 2, 3]
-        } else {
-            &[1, 2]
+        // P = 3 (hi/lo split) for dense f32 weights, and for the halves of
+        // the activation type they are split into (split_matmul_into).
+        let split = |t: &str| match f {
+            WeightFormat::Dense(DType::F32) => true,
+            WeightFormat::Dense(d) => ctype("tc_gemm", d).is_ok_and(|c| c == t),
+            _ => false,
         };
         for t in ["__half", "__nv_bfloat16"] {
+            let ps: &[usize] = if split(t) { &[1, 2, 3] } else { &[1, 2] };
             for p in ps {
                 for bm in TILE_ROWS {
                     names.insert(format!("moekit::tc_gemm<{ft}, {t}, {p}, {bm}>"));
@@ -417,6 +419,14 @@ pub fn matmul_into(x: &Tensor, w: &QuantWeights, rows: TcRows<'_>, out: &Tensor)
 /// `hi = T(w)` and `lo = T(w − hi)` and both products summed: about 16
 /// significant bits of each weight instead of T's 8 or 11, at twice the MMA
 /// work (the router, whose top-k choice should not move).
+///
+/// One expert's weights are split once a call into halves of T
+/// ([`super::split::split_hi_lo`]) that the GEMM copies straight into its
+/// tiles, as dense weights of T; the halves are the values the kernel's
+/// decoder would make of the f32 weights, so the results are the same bits
+/// (ncu, H100, qwen3-30b-a3b router at T = 512: 73 µs decoding the f32
+/// weights on 64 blocks of one block an SM). Several experts decode the f32
+/// weights in the GEMM.
 pub fn split_matmul_into(
     x: &Tensor,
     w: &QuantWeights,
@@ -431,7 +441,21 @@ pub fn split_matmul_into(
         "dense f32 weights",
         w.format(),
     )?;
-    run(OP, x, [(w, 0), (w, 0)], 3, w.rows(), rows, out)
+    let (n, k) = (w.rows(), w.cols());
+    if w.n_experts() == 1 && matches!(x.dtype(), DType::F16 | DType::Bf16) {
+        let halves = super::split::split_hi_lo(w.data(), x.dtype())?.reshape(&[1, 2 * n, k])?;
+        let hl = QuantWeights::new(
+            WeightFormat::Dense(x.dtype()),
+            1,
+            2 * n,
+            k,
+            halves,
+            None,
+            None,
+        )?;
+        return run(OP, x, [(&hl, 0), (&hl, n)], 3, n, rows, out);
+    }
+    run(OP, x, [(w, 0), (w, 0)], 3, n, rows, out)
 }
 
 /// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on tensor cores into `out [M, I]`; gate and
