@@ -14,6 +14,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, u32 bytes
   const u32 d = (u32)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
 }
+// 4 bytes (src 4-byte aligned); bytes past `bytes` are zero-filled, not read.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, u32 bytes) {
+  const u32 d = (u32)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }

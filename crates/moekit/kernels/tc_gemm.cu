@@ -94,14 +94,22 @@ struct TcGeo {
   static constexpr bool AUX = !is_void<typename F::Scale>::value;
   static constexpr int AUX_ELEMS = KR / 32;                         // most groups a stage covers
   static constexpr int DATA_BYTES = KR / F::UNIT_W * F::UNIT_BYTES; // a row's packed bytes a stage
-  static constexpr int ROOM_DATA = (DATA_BYTES + 30) & ~15;         // = stage_room
-  static constexpr int AUX_BYTES = AUX ? AUX_ELEMS * (int)sizeof(typename aux_t<F>::type) : 0;
-  static constexpr int ROOM_AUX = AUX ? (AUX_BYTES + 30) & ~15 : 0;
-  static constexpr int PITCH = (ROOM_DATA + 2 * ROOM_AUX) | 16;     // a staged row: odd 16-byte units
-  static constexpr int WORDS = (ROOM_DATA - 16) / 16 + 1;           // most 16-byte words a row's data takes
   // Storage units of whole 16-byte words: every row's stage starts 16-aligned
   // (tensors are) and is whole words, so staging needs no head or tail.
   static constexpr bool ALIGNED = F::UNIT_BYTES % 16 == 0;
+  // A row's data in its raw stage: exactly its bytes when ALIGNED, else the
+  // 16-byte words that cover them (= stage_room).
+  static constexpr int ROOM_DATA = ALIGNED ? DATA_BYTES : (DATA_BYTES + 30) & ~15;
+  // Scales and biases go in 4-byte words (cp.async of 4 bytes), landing at
+  // their address modulo 4: an element of 2 bytes may start 2 bytes into
+  // its first word. Each gets a multiple of 8 bytes, so both together are
+  // whole 16-byte units.
+  static constexpr int AUX_SIZE = AUX ? (int)sizeof(typename aux_t<F>::type) : 4;
+  static constexpr int AUX_BYTES = AUX ? AUX_ELEMS * AUX_SIZE : 0;
+  static constexpr int ROOM_AUX = AUX ? ((4 - AUX_SIZE % 4) % 4 + AUX_BYTES + 7) & ~7 : 0;
+  static constexpr int PITCH = (ROOM_DATA + 2 * ROOM_AUX) | 16;     // a staged row: odd 16-byte units
+  static constexpr int WORDS = (ROOM_DATA - 16) / 16 + 1;           // most 16-byte words a row's data takes
+  static_assert((ROOM_DATA + 2 * ROOM_AUX) % 16 == 0, "raw rows of whole 16-byte units");
   static constexpr int A_BYTES = BM * TC_BK * 2;
   static constexpr int B_BYTES = TC_BROWS * TC_BK * 2;
   static constexpr int RAW_BYTES = TC_BROWS * PITCH;
@@ -329,11 +337,11 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
       typedef typename aux_t<F>::type S;
       const u32 g0 = kr0 >> p.group_shift, g1 = ((kr1 - 1) >> p.group_shift) + 1;
       const u8* asrc = my_aux + g0 * sizeof(S);
-      const u32 ahead = (u32)(reinterpret_cast<u64>(asrc) & 15u), aend = ahead + (g1 - g0) * (u32)sizeof(S);
+      const u32 ahead = (u32)(reinterpret_cast<u64>(asrc) & 3u), aend = ahead + (g1 - g0) * (u32)sizeof(S);
       u8* dst = r_dst + G::ROOM_DATA + h_me * G::ROOM_AUX;
 #pragma unroll
-      for (int w = 0; w < (G::ROOM_AUX + 15) / 16; ++w)
-        if (16u * w < aend) cp_async16(dst + 16u * w, asrc - ahead + 16u * w, aend - 16u * w >= 16u ? 16u : aend - 16u * w);
+      for (int w = 0; w < G::ROOM_AUX / 4; ++w)
+        if (4u * w < aend) cp_async4(dst + 4u * w, asrc - ahead + 4u * w, aend - 4u * w >= 4u ? 4u : aend - 4u * w);
     }
   };
   // Issues the copies of step j's group: its A tile, and the B stage (dense
@@ -381,7 +389,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
     s.scales = s.biases = nullptr;
     if constexpr (G::AUX) {
       typedef typename aux_t<F>::type S;
-      const u32 ahead = (u32)(reinterpret_cast<u64>(my_aux + (kr0 >> p.group_shift) * sizeof(S)) & 15u);
+      const u32 ahead = (u32)(reinterpret_cast<u64>(my_aux + (kr0 >> p.group_shift) * sizeof(S)) & 3u);
       s.scales = base + G::ROOM_DATA + ahead;
       s.biases = base + G::ROOM_DATA + G::ROOM_AUX + ahead;
     }

@@ -120,9 +120,19 @@ fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
     let (uw, ub) = unit(w.format());
     let kr = uw.max(BK);
     let rsteps = kr / BK;
-    let aux = w.scales().map_or(0, |s| room(kr / 32 * s.dtype().size()));
+    // Data: its bytes when units are whole 16-byte words, else the words
+    // that cover them; scales and biases: 4-byte words, rounded up to 8.
+    let data = if ub % 16 == 0 {
+        kr / uw * ub
+    } else {
+        room(kr / uw * ub)
+    };
+    let aux = w.scales().map_or(0, |s| {
+        let size = s.dtype().size();
+        ((4 - size % 4) % 4 + kr / 32 * size + 7) & !7
+    });
     // An odd number of 16-byte units (bank-conflict-free row reads).
-    let pitch = (room(kr / uw * ub) + 2 * aux) | 16;
+    let pitch = (data + 2 * aux) | 16;
     // Raw stages (`TcGeo::LEAD`, `rs_for`): one more (raw copies one step
     // ahead of A) unless that fits fewer blocks on an SM.
     let with = |lead: usize| {
@@ -531,21 +541,30 @@ mod tests {
 
     #[test]
     fn raw_copies_lead_only_where_occupancy_holds() {
-        // affine4-g64 with f16 scales: raw rows of 112 bytes, 14 KB a stage.
+        // affine4-g64 with f16 scales: raw rows of 48 bytes (32 of codes, 8
+        // of scales, 8 of biases), 6 KB a stage.
         let f = WeightFormat::Affine(crate::format::AffineParams {
             bits: 4,
             group_size: 64,
         });
         let w = crate::format::random::random_weights(f, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
-        // 32 rows: 4 raw stages (one step ahead) still fit two blocks an SM.
+        // 32 rows: 4 raw stages (one step ahead), three blocks an SM.
         assert_eq!(
             smem_bytes(&w, DType::Bf16, 32),
-            16384 + 32768 + 4 * 14336 + 1024
+            16384 + 32768 + 4 * 6144 + 1024
         );
-        // 128 rows: 3 raw stages would leave one block an SM; 2 keep two.
+        // 128 rows: 3 raw stages still fit two blocks an SM.
         assert_eq!(
             smem_bytes(&w, DType::Bf16, 128),
-            49152 + 32768 + 2 * 14336 + 1024
+            49152 + 32768 + 3 * 6144 + 1024
+        );
+        // Dense f32 rows of 256 bytes (272 with the odd unit): 128 rows hold
+        // one block an SM either way, so 3 raw stages, not 2.
+        let f = WeightFormat::Dense(DType::F32);
+        let w = crate::format::random::random_weights(f, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
+        assert_eq!(
+            smem_bytes(&w, DType::Bf16, 128),
+            49152 + 32768 + 3 * 128 * 272 + 1024
         );
     }
 
