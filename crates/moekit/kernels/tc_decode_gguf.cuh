@@ -9,8 +9,9 @@
 // product that is exact in f32: the same bits as the generic decoder
 // (`TcDecCodes`: fmaf(q, d, 0), rounded to T). None of them does the hi/lo
 // split's low rows (TcSlice::lo): tc_gemm runs the split (P = 3) for dense
-// f32 weights only (host check in tc_gemm.rs, split_matmul_into; instances()
-// has P = 3 for dense f32 only), as for the other fast decoders.
+// weights only (f32, decoded by the generic decoder, or halves of T, copied;
+// host check in tc_gemm.rs, split_matmul_into), as for the other fast
+// decoders.
 //
 // load() only issues loads: in the decode path (decode_mma.cuh) a warp
 // loads the next span while it multiplies this one, and any arithmetic on
