@@ -39,16 +39,17 @@ pub struct Plan {
 /// qwen3-30b-a3b, CUDA-graph medians, `moekit bench --path decode|tc`).
 ///
 /// With 16-bit activations the decode path runs its expert matrices on
-/// tensor cores (2026-11-24, bench/results/h100/decode/2026-11-24.md),
-/// decode vs tensor-core path, ms:
-/// * T = 16: affine4-g64 0.191 vs 0.320, q4_k 0.207 vs 0.313, q8_0 0.397 vs
-///   0.415, bf16 0.352 vs 0.383;
-/// * T = 32: affine4-g64 0.288 vs 0.401, q4_k 0.309 vs 0.391, q8_0 0.565
-///   vs 0.526, bf16 0.501 vs 0.489;
-/// * T = 64: affine4-g64 0.416 vs 0.426, q4_k 0.438 vs 0.422;
+/// tensor cores; decode vs tensor-core path, ms (2026-11-24, third session,
+/// the router on tensor cores at every T: bench/results/h100/tc/2026-11-24.md):
+/// * affine4-g64: T = 32 0.271 vs 0.292, T = 48 0.334 vs 0.315;
+/// * q4_k: T = 32 0.287 vs 0.325, T = 48 0.354 vs 0.349;
+/// * q8_0: T = 32 0.384 vs 0.406, T = 48 0.461 vs 0.437;
+/// * affine8-g64: T = 32 0.328 vs 0.365;
+/// * bf16: T = 8 0.222 vs 0.227, T = 12 0.291 vs 0.281, T = 16 0.346 vs
+///   0.330;
 ///
-/// → 4-bit and narrower codes decode up to 32 tokens, 8-bit codes and
-/// dense weights up to 16.
+/// → quantized codes (4-bit and 8-bit alike) decode up to 32 tokens, dense
+/// weights up to 8.
 ///
 /// With f32 activations it keeps its CUDA-core kernels, whose crossover
 /// was (bench/results/h100/tc/crossover_*.json): affine4-g64 T = 8 0.238 vs
@@ -57,12 +58,10 @@ pub struct Plan {
 /// dense at 1 token only.
 pub fn decode_max_tokens(expert_format: WeightFormat, activations: DType) -> usize {
     if matches!(activations, DType::Bf16 | DType::F16) {
-        let narrow = match expert_format {
-            WeightFormat::Affine(p) => p.bits < 8,
-            WeightFormat::Ggml(t) => !matches!(t, crate::format::ggml::GgmlType::Q8_0),
-            WeightFormat::AffineU8 { .. } | WeightFormat::Dense(_) => false,
+        return match expert_format {
+            WeightFormat::Dense(_) => 8,
+            WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } | WeightFormat::Ggml(_) => 32,
         };
-        return if narrow { 32 } else { 16 };
     }
     match expert_format {
         WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } => 8,
@@ -133,4 +132,45 @@ pub fn plan(parts: &MoeBlockParts, backend: Backend, x: &Tensor, forced: MoePath
         }
     }
     Ok(Plan { path, refused })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ggml::GgmlType;
+    use crate::format::AffineParams;
+
+    #[test]
+    fn decode_crossover_follows_the_measurements() {
+        let a4 = WeightFormat::Affine(AffineParams {
+            bits: 4,
+            group_size: 64,
+        });
+        let a8 = WeightFormat::Affine(AffineParams {
+            bits: 8,
+            group_size: 64,
+        });
+        for dt in [DType::Bf16, DType::F16] {
+            assert_eq!(decode_max_tokens(a4, dt), 32);
+            assert_eq!(decode_max_tokens(a8, dt), 32);
+            assert_eq!(
+                decode_max_tokens(WeightFormat::Ggml(GgmlType::Q8_0), dt),
+                32
+            );
+            assert_eq!(
+                decode_max_tokens(WeightFormat::Ggml(GgmlType::Q4_K), dt),
+                32
+            );
+            assert_eq!(decode_max_tokens(WeightFormat::Dense(DType::Bf16), dt), 8);
+        }
+        assert_eq!(decode_max_tokens(a4, DType::F32), 8);
+        assert_eq!(
+            decode_max_tokens(WeightFormat::Ggml(GgmlType::Q4_K), DType::F32),
+            4
+        );
+        assert_eq!(
+            decode_max_tokens(WeightFormat::Dense(DType::Bf16), DType::F32),
+            1
+        );
+    }
 }

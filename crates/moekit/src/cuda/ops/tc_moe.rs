@@ -58,11 +58,6 @@ pub fn supports(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<(), String
     Ok(())
 }
 
-/// Fewest tokens for which the router runs on tensor cores (ncu, H100,
-/// qwen3-30b-a3b T = 16: the split tensor-core router took 88 µs on 2
-/// blocks; the CUDA-core matmul spreads over more).
-const ROUTER_TC_MIN_TOKENS: usize = 64;
-
 /// How the router matmul runs: on tensor cores where the weights reach the
 /// MMA exactly (dense weights of the activation dtype) or nearly so (dense
 /// f32 split into hi + lo halves, ≈16 bits), else on CUDA cores, so that
@@ -74,9 +69,12 @@ fn router_logits(w: &QuantWeights, x: &Tensor) -> Result<Tensor> {
         d => return Err(invalid("moe_tc", "x", "a CUDA tensor", d)),
     })?
     .smem_optin();
-    // Below ROUTER_TC_MIN_TOKENS rows the router is a skinny matmul whose
-    // few tensor-core tiles (E / 64 of them) leave the GPU idle.
-    if t >= ROUTER_TC_MIN_TOKENS && tc_gemm::supports(x.dtype(), w, smem).is_ok() {
+    // At every T measured the tensor cores won once single-expert tiles
+    // filled the GPU and f32 weights came as split halves (H100, qwen3
+    // graph ms, tensor-core path, router on CUDA cores vs tensor cores:
+    // affine4 T = 1 0.088 vs 0.074, T = 8 0.215 vs 0.163, T = 32 0.339 vs
+    // 0.292, T = 48 0.365 vs 0.315; bf16 T = 32 0.483 vs 0.430).
+    if tc_gemm::supports(x.dtype(), w, smem).is_ok() {
         let out = Tensor::uninit_on(x.dtype(), &[t, w.rows()], x.device())?;
         if w.format() == WeightFormat::Dense(DType::F32) {
             tc_gemm::split_matmul_into(x, w, TcRows::Single, &out)?;
