@@ -310,8 +310,8 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   constexpr int A_PER = (BM * 8 + TC_THREADS - 1) / TC_THREADS;
   const u32 a_u = tid & 7;
   const u32 a_sw = swz(tid >> 3, a_u);  // + 32c rows = + 4096c bytes, same swizzle
-  // Issues the raw stage that step j starts, if it starts one (every step
-  // issues the next step's: `issue`).
+  // Issues the raw stage that step j starts, if it starts one (`issue` of
+  // step j takes step j + LEAD's; the prologue step 0's when LEAD = 1).
   auto issue_raw = [&](u32 j) {
     if (j >= n_steps || j % G::RSTEPS != 0 || !my_valid) return;
     const u32 kr0 = j * TC_BK;  // = raw stage start (a multiple of KR)

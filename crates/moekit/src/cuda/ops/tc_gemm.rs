@@ -256,7 +256,8 @@ fn kernel_name(w: &QuantWeights, dtype: DType, p: usize, bm: usize) -> Result<St
 
 /// Instances for the compile check: every format of [`WeightFormat::all`]
 /// (group sizes share an instance) × affine scale dtype × {f16, bf16} ×
-/// {plain, SwiGLU} × [`TILE_ROWS`].
+/// {plain, SwiGLU, and the hi/lo split for dense f32 and for dense weights of
+/// the activation type} × [`TILE_ROWS`].
 pub fn instances() -> Vec<(&'static Source, String)> {
     let mut names = BTreeSet::new();
     for (f, ft) in all_format_types() {
