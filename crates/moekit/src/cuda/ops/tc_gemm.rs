@@ -106,20 +106,21 @@ fn unit(format: WeightFormat) -> (usize, usize) {
     }
 }
 
-/// Shared memory of an instance (`TcGeo::SMEM`) for activations of `dtype`.
-fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
-    let a_b = stages(bm) * bm * BK * 2;
-    let b_tile = BROWS * BK * 2;
-    // Dense weights of the activation type go straight to S B stages.
-    // Tiles of >= 32 rows may run on wgmma: room to align them to 1024 bytes.
-    let slack = if bm >= 32 { 1024 } else { 0 };
+/// A weight row's raw stage in shared memory (`TcRaw`): its pitch in bytes
+/// and the pipeline steps a stage feeds. None for dense weights of the
+/// activation type, which are copied straight into the tiles.
+struct RawRow {
+    pub pitch: usize,
+    pub rsteps: usize,
+}
+
+fn raw_row(w: &QuantWeights, dtype: DType) -> Option<RawRow> {
     if w.format() == WeightFormat::Dense(dtype) {
-        return a_b + stages(bm) * b_tile + slack;
+        return None;
     }
     let room = |n: usize| (n + 30) & !15;
     let (uw, ub) = unit(w.format());
     let kr = uw.max(BK);
-    let rsteps = kr / BK;
     // Data: its bytes when units are whole 16-byte words, else the words
     // that cover them; scales and biases: 4-byte words, rounded up to 8.
     let data = if ub % 16 == 0 {
@@ -132,12 +133,27 @@ fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
         ((4 - size % 4) % 4 + kr / 32 * size + 7) & !7
     });
     // An odd number of 16-byte units (bank-conflict-free row reads).
-    let pitch = (data + 2 * aux) | 16;
+    Some(RawRow {
+        pitch: (data + 2 * aux) | 16,
+        rsteps: kr / BK,
+    })
+}
+
+/// Shared memory of an instance (`TcGeo::SMEM`) for activations of `dtype`.
+fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
+    let a_b = stages(bm) * bm * BK * 2;
+    let b_tile = BROWS * BK * 2;
+    // Dense weights of the activation type go straight to S B stages.
+    // Tiles of >= 32 rows may run on wgmma: room to align them to 1024 bytes.
+    let slack = if bm >= 32 { 1024 } else { 0 };
+    let Some(raw) = raw_row(w, dtype) else {
+        return a_b + stages(bm) * b_tile + slack;
+    };
     // Raw stages (`TcGeo::LEAD`, `rs_for`): one more (raw copies one step
     // ahead of A) unless that fits fewer blocks on an SM.
     let with = |lead: usize| {
-        let rs = 1 + (stages(bm) - 2 + lead).div_ceil(rsteps);
-        a_b + 2 * b_tile + rs * BROWS * pitch + slack
+        let rs = 1 + (stages(bm) - 2 + lead).div_ceil(raw.rsteps);
+        a_b + 2 * b_tile + rs * BROWS * raw.pitch + slack
     };
     let blocks = |smem: usize| SM_SMEM / (smem + 1024);
     if blocks(with(1)) >= blocks(with(0)) {
