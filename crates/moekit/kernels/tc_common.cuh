@@ -34,10 +34,11 @@ constexpr int TC_BROWS = 128;     // weight rows of a tile (P · BN)
 constexpr int TC_BK = 64;         // K columns a step
 constexpr u32 TC_NONE = 0xFFFFFFFFu;
 
-// A weight row's raw (packed) bytes of one stage in shared memory (tc_gemm.rs:
-// smem_bytes mirrors it).
-template <typename F>
+// A weight row's raw (packed) bytes of one stage in shared memory, scales
+// and biases staged in words of AW bytes (tc_gemm.rs: smem_bytes mirrors it).
+template <typename F, int AW = 4>
 struct TcRaw {
+  static_assert(AW == 4 || AW == 16, "cp.async of 4 or 16 bytes");
   static constexpr int KR = F::UNIT_W > TC_BK ? F::UNIT_W : TC_BK;  // raw columns a stage
   static constexpr int RSTEPS = KR / TC_BK;                         // steps a raw stage feeds
   static constexpr bool AUX = !is_void<typename F::Scale>::value;
@@ -49,13 +50,15 @@ struct TcRaw {
   // A row's data in its raw stage: exactly its bytes when ALIGNED, else the
   // 16-byte words that cover them (= stage_room).
   static constexpr int ROOM_DATA = ALIGNED ? DATA_BYTES : (DATA_BYTES + 30) & ~15;
-  // Scales and biases go in 4-byte words (cp.async of 4 bytes), landing at
-  // their address modulo 4: an element of 2 bytes may start 2 bytes into
-  // its first word. Each gets a multiple of 8 bytes, so both together are
-  // whole 16-byte units.
+  // Scales and biases land at their address modulo AW: with AW = 4
+  // (cp.async.ca of 4 bytes) an element of 2 bytes may start 2 bytes into
+  // its first word, and each gets a multiple of 8 bytes; with AW = 16
+  // (cp.async.cg) each gets the 16-byte words that cover it. Both together
+  // are whole 16-byte units.
+  static constexpr int AUX_WORD = AW;
   static constexpr int AUX_SIZE = AUX ? (int)sizeof(typename aux_t<F>::type) : 4;
   static constexpr int AUX_BYTES = AUX ? AUX_ELEMS * AUX_SIZE : 0;
-  static constexpr int ROOM_AUX = AUX ? ((4 - AUX_SIZE % 4) % 4 + AUX_BYTES + 7) & ~7 : 0;
+  static constexpr int ROOM_AUX = !AUX ? 0 : AW == 4 ? ((4 - AUX_SIZE % 4) % 4 + AUX_BYTES + 7) & ~7 : (AUX_BYTES + 30) & ~15;
   static constexpr int PITCH = (ROOM_DATA + 2 * ROOM_AUX) | 16;     // a staged row: odd 16-byte units
   static constexpr int WORDS = (ROOM_DATA - 16) / 16 + 1;           // most 16-byte words a row's data takes
   static_assert((ROOM_DATA + 2 * ROOM_AUX) % 16 == 0, "raw rows of whole 16-byte units");
@@ -193,9 +196,8 @@ __device__ __forceinline__ void tile_rows_of_x(const TcParams& p, const TcTile& 
 // Rows 16w .. 16w + 15 belong to warp w, halves by bit 4 of the lane: a
 // quarter-warp (8 threads) reads 8 consecutive rows' staged bytes at the
 // same offset, distinct banks as the pitch is an odd number of 16-byte units.
-template <typename F, typename T, int P, int BM>
+template <typename F, typename T, int P, int BM, typename R = TcRaw<F>>
 struct TcStager {
-  typedef TcRaw<F> R;
   u32 r, h, a_u, a_sw, n_steps;
   const u8* data;  // the row's packed bytes
   const u8* aux;   // its scales (h = 0) or biases (h = 1), affine only
@@ -276,11 +278,16 @@ struct TcStager {
       typedef typename aux_t<F>::type S;
       const u32 g0 = kr0 >> p.group_shift, g1 = ((kr1 - 1) >> p.group_shift) + 1;
       const u8* asrc = aux + g0 * sizeof(S);
-      const u32 ahead = (u32)(reinterpret_cast<u64>(asrc) & 3u), aend = ahead + (g1 - g0) * (u32)sizeof(S);
+      constexpr u32 AW = R::AUX_WORD;
+      const u32 ahead = (u32)(reinterpret_cast<u64>(asrc) & (AW - 1)), aend = ahead + (g1 - g0) * (u32)sizeof(S);
       u8* adst = dst + R::ROOM_DATA + h * R::ROOM_AUX;
 #pragma unroll
-      for (int w = 0; w < R::ROOM_AUX / 4; ++w)
-        if (4u * w < aend) cp_async4(adst + 4u * w, asrc - ahead + 4u * w, aend - 4u * w >= 4u ? 4u : aend - 4u * w);
+      for (int w = 0; w < R::ROOM_AUX / (int)AW; ++w) {
+        if (AW * w >= aend) continue;
+        const u32 n = aend - AW * w >= AW ? AW : aend - AW * w;
+        if constexpr (AW == 4) cp_async4(adst + AW * w, asrc - ahead + AW * w, n);
+        else cp_async16(adst + AW * w, asrc - ahead + AW * w, n);
+      }
     }
   }
 
@@ -298,7 +305,7 @@ struct TcStager {
     s.scales = s.biases = nullptr;
     if constexpr (R::AUX) {
       typedef typename aux_t<F>::type S;
-      const u32 ahead = (u32)(reinterpret_cast<u64>(aux + (kr0 >> p.group_shift) * sizeof(S)) & 3u);
+      const u32 ahead = (u32)(reinterpret_cast<u64>(aux + (kr0 >> p.group_shift) * sizeof(S)) & (R::AUX_WORD - 1));
       s.scales = base + R::ROOM_DATA + ahead;
       s.biases = base + R::ROOM_DATA + R::ROOM_AUX + ahead;
     }

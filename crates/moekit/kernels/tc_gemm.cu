@@ -60,21 +60,12 @@ constexpr int TC_THREADS = TC_STAGERS;  // 8 warps: all stage, decode and multip
 // so that two blocks share an SM where the raw stages allow.
 template <int BM> struct TcStages { static constexpr int value = BM >= 64 ? 3 : 4; };
 
-// Tile geometry of an instance (tc_gemm.rs: smem_bytes mirrors it).
+// What the tiles of an instance take besides the raw stages.
 template <typename F, typename T, int BM>
-struct TcGeo : TcRaw<F> {
-  typedef TcRaw<F> R;
-  static constexpr int WARPS_M = BM >= 32 ? 2 : 1;
-  static constexpr int WARPS_N = 8 / WARPS_M;
-  static constexpr int WM = BM / WARPS_M;          // rows per warp
-  static constexpr int WNR = TC_BROWS / WARPS_N;   // weight rows per warp
-  static constexpr int MI = WM / 16;               // m16 tiles per warp
-  static constexpr int NJ = WNR / 8;               // n8 tiles per warp
-  static_assert(MI >= 1 && NJ % 2 == 0, "warp tile");
+struct TcTiles {
   static constexpr int S = TcStages<BM>::value;
   static constexpr int A_BYTES = BM * TC_BK * 2;
   static constexpr int B_BYTES = TC_BROWS * TC_BK * 2;
-  static constexpr int RAW_BYTES = R::BYTES;
   // Direct: weights of type T are copied straight into S B stages (no raw
   // stage, no decode); else two B buffers, filled by decoding raw stages.
   static constexpr bool DIRECT = TcDirect<F, T>::value;
@@ -87,15 +78,53 @@ struct TcGeo : TcRaw<F> {
   // with LEAD = 0 its own (ks + 1 .. ks + S − 1), one stage fewer but each
   // step then waits for the copies issued one step before. LEAD = 1 unless
   // its extra stage would fit fewer blocks on an SM (the loop's wait depth:
-  // WAIT).
-  static constexpr int rs_for(int lead) { return 1 + (S - 2 + lead + R::RSTEPS - 1) / R::RSTEPS; }
+  // TcGeo::WAIT).
+  static constexpr int rs_for(int rsteps, int lead) { return 1 + (S - 2 + lead + rsteps - 1) / rsteps; }
+  template <typename R>
   static constexpr int smem_for(int lead) {
-    return S * A_BYTES + BS * B_BYTES + (DIRECT ? 0 : rs_for(lead) * RAW_BYTES) + SLACK;
+    return S * A_BYTES + BS * B_BYTES + (DIRECT ? 0 : rs_for(R::RSTEPS, lead) * R::BYTES) + SLACK;
   }
-  static constexpr int LEAD = DIRECT || tc_blocks_for(smem_for(1)) >= tc_blocks_for(smem_for(0)) ? 1 : 0;
-  static constexpr int RS = rs_for(LEAD);
+  template <typename R>
+  static constexpr int lead_for() {
+    return DIRECT || tc_blocks_for(smem_for<R>(1)) >= tc_blocks_for(smem_for<R>(0)) ? 1 : 0;
+  }
+  template <typename R>
+  static constexpr int best_for() { return smem_for<R>(lead_for<R>()); }
+  // Scales and biases in 16-byte words for tiles of ≥ 128 rows where they
+  // fit as many blocks an SM as 4-byte words (H100, mixtral-8x7b affine4
+  // T = 512, 128-row tiles: 1.62 ms with 16-byte words, 1.86 with 4-byte
+  // ones), else 4-byte words (a 32-row affine4 tile fits three blocks an SM
+  // with them, two without; 128-row affine8 tiles two, not one: qwen3
+  // T = 4096 1.45 vs 1.87 ms).
+  static constexpr int AUX_WORD =
+      TcRaw<F>::AUX && BM >= 128 && tc_blocks_for(best_for<TcRaw<F, 16>>()) >= tc_blocks_for(best_for<TcRaw<F, 4>>()) ? 16 : 4;
+};
+
+// Tile geometry of an instance (tc_gemm.rs: smem_bytes mirrors it).
+template <typename F, typename T, int BM>
+struct TcGeo : TcTiles<F, T, BM>, TcRaw<F, TcTiles<F, T, BM>::AUX_WORD> {
+  typedef TcTiles<F, T, BM> X;
+  typedef TcRaw<F, X::AUX_WORD> R;
+  using X::S;
+  using X::DIRECT;
+  using X::A_BYTES;
+  using X::B_BYTES;
+  using X::BS;
+  using X::SLACK;
+  using R::RSTEPS;
+  using R::PITCH;
+  static constexpr int WARPS_M = BM >= 32 ? 2 : 1;
+  static constexpr int WARPS_N = 8 / WARPS_M;
+  static constexpr int WM = BM / WARPS_M;          // rows per warp
+  static constexpr int WNR = TC_BROWS / WARPS_N;   // weight rows per warp
+  static constexpr int MI = WM / 16;               // m16 tiles per warp
+  static constexpr int NJ = WNR / 8;               // n8 tiles per warp
+  static_assert(MI >= 1 && NJ % 2 == 0, "warp tile");
+  static constexpr int RAW_BYTES = R::BYTES;
+  static constexpr int LEAD = X::template lead_for<R>();
+  static constexpr int RS = X::rs_for(R::RSTEPS, LEAD);
   static constexpr int WAIT = S - 3 + (DIRECT ? 1 : LEAD);  // copy groups a step leaves in flight
-  static constexpr int SMEM = smem_for(LEAD);
+  static constexpr int SMEM = X::template smem_for<R>(LEAD);
 };
 
 template <typename F, typename T, int P, int BM>
@@ -128,7 +157,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   tile_rows_of_x<T, BM, TC_THREADS>(p, tile, arow);
   // Thread tid stages and decodes weight row st.r, columns 32·st.h .. + 31
   // of each step (its "slice"), so its row's addresses are computed once.
-  TcStager<F, T, P, BM> st;
+  TcStager<F, T, P, BM, typename G::R> st;
   st.init(p, tile, n0, tid);
   const u32 n_steps = st.n_steps;
   u8* const my_raw = raw_sm + st.r * G::PITCH;

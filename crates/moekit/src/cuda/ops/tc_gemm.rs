@@ -106,15 +106,16 @@ fn unit(format: WeightFormat) -> (usize, usize) {
     }
 }
 
-/// A weight row's raw stage in shared memory (`TcRaw`): its pitch in bytes
-/// and the pipeline steps a stage feeds. None for dense weights of the
-/// activation type, which are copied straight into the tiles.
+/// A weight row's raw stage in shared memory (`TcRaw<F, aw>`: scales and
+/// biases in words of `aw` bytes): its pitch in bytes and the pipeline steps
+/// a stage feeds. None for dense weights of the activation type, which are
+/// copied straight into the tiles.
 struct RawRow {
-    pub pitch: usize,
-    pub rsteps: usize,
+    pitch: usize,
+    rsteps: usize,
 }
 
-fn raw_row(w: &QuantWeights, dtype: DType) -> Option<RawRow> {
+fn raw_row(w: &QuantWeights, dtype: DType, aw: usize) -> Option<RawRow> {
     if w.format() == WeightFormat::Dense(dtype) {
         return None;
     }
@@ -122,7 +123,8 @@ fn raw_row(w: &QuantWeights, dtype: DType) -> Option<RawRow> {
     let (uw, ub) = unit(w.format());
     let kr = uw.max(BK);
     // Data: its bytes when units are whole 16-byte words, else the words
-    // that cover them; scales and biases: 4-byte words, rounded up to 8.
+    // that cover them; scales and biases: 4-byte words rounded up to 8
+    // bytes, or the 16-byte words that cover them.
     let data = if ub % 16 == 0 {
         kr / uw * ub
     } else {
@@ -130,7 +132,11 @@ fn raw_row(w: &QuantWeights, dtype: DType) -> Option<RawRow> {
     };
     let aux = w.scales().map_or(0, |s| {
         let size = s.dtype().size();
-        ((4 - size % 4) % 4 + kr / 32 * size + 7) & !7
+        if aw == 4 {
+            ((4 - size % 4) % 4 + kr / 32 * size + 7) & !7
+        } else {
+            room(kr / 32 * size)
+        }
     });
     // An odd number of 16-byte units (bank-conflict-free row reads).
     Some(RawRow {
@@ -146,20 +152,29 @@ fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
     // Dense weights of the activation type go straight to S B stages.
     // Tiles of >= 32 rows may run on wgmma: room to align them to 1024 bytes.
     let slack = if bm >= 32 { 1024 } else { 0 };
-    let Some(raw) = raw_row(w, dtype) else {
+    let blocks = |smem: usize| SM_SMEM / (smem + 1024);
+    // Raw stages (`TcTiles::lead_for`): one more (raw copies one step ahead
+    // of A) unless that fits fewer blocks on an SM.
+    let best = |raw: &RawRow| {
+        let with = |lead: usize| {
+            let rs = 1 + (stages(bm) - 2 + lead).div_ceil(raw.rsteps);
+            a_b + 2 * b_tile + rs * BROWS * raw.pitch + slack
+        };
+        if blocks(with(1)) >= blocks(with(0)) {
+            with(1)
+        } else {
+            with(0)
+        }
+    };
+    let (Some(r4), Some(r16)) = (raw_row(w, dtype, 4), raw_row(w, dtype, 16)) else {
         return a_b + stages(bm) * b_tile + slack;
     };
-    // Raw stages (`TcGeo::LEAD`, `rs_for`): one more (raw copies one step
-    // ahead of A) unless that fits fewer blocks on an SM.
-    let with = |lead: usize| {
-        let rs = 1 + (stages(bm) - 2 + lead).div_ceil(raw.rsteps);
-        a_b + 2 * b_tile + rs * BROWS * raw.pitch + slack
-    };
-    let blocks = |smem: usize| SM_SMEM / (smem + 1024);
-    if blocks(with(1)) >= blocks(with(0)) {
-        with(1)
+    // `TcTiles::AUX_WORD`: 16-byte scale/bias words for tiles of >= 128 rows
+    // where they fit as many blocks an SM, else 4-byte words.
+    if w.scales().is_some() && bm >= 128 && blocks(best(&r16)) >= blocks(best(&r4)) {
+        best(&r16)
     } else {
-        with(0)
+        best(&r4)
     }
 }
 
@@ -558,8 +573,8 @@ mod tests {
 
     #[test]
     fn raw_copies_lead_only_where_occupancy_holds() {
-        // affine4-g64 with f16 scales: raw rows of 48 bytes (32 of codes, 8
-        // of scales, 8 of biases), 6 KB a stage.
+        // affine4-g64 with f16 scales: below 128 rows, raw rows of 48 bytes
+        // (32 of codes, 8 of scales, 8 of biases), 6 KB a stage.
         let f = WeightFormat::Affine(crate::format::AffineParams {
             bits: 4,
             group_size: 64,
@@ -570,10 +585,23 @@ mod tests {
             smem_bytes(&w, DType::Bf16, 32),
             16384 + 32768 + 4 * 6144 + 1024
         );
-        // 128 rows: 3 raw stages still fit two blocks an SM.
+        // 128 rows: scales and biases in 16-byte words (112-byte rows, 14 KB a
+        // stage), where 3 raw stages would leave one block an SM; 2 keep two.
         assert_eq!(
             smem_bytes(&w, DType::Bf16, 128),
-            49152 + 32768 + 3 * 6144 + 1024
+            49152 + 32768 + 2 * 14336 + 1024
+        );
+        // affine8-g64 at 128 rows: 16-byte words (144-byte rows) would leave
+        // one block an SM, 4-byte ones (80-byte rows) keep two.
+        let f8 = WeightFormat::Affine(crate::format::AffineParams {
+            bits: 8,
+            group_size: 64,
+        });
+        let w8 =
+            crate::format::random::random_weights(f8, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
+        assert_eq!(
+            smem_bytes(&w8, DType::Bf16, 128),
+            49152 + 32768 + 3 * 128 * 80 + 1024
         );
         // Dense f32 rows of 256 bytes (272 with the odd unit): 128 rows hold
         // one block an SM either way, so 3 raw stages, not 2.
