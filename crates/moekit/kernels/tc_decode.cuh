@@ -69,11 +69,13 @@ struct Pk : PkType<T> {
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "r"(PkType<T>::MAGIC));
     return r;
   }
-  // (v + NEG) · s + b, pairwise: the magic pair's codes, scaled and offset.
-  __device__ static __forceinline__ u32 scale(u32 v, u32 s, u32 b) {
-    const u32 neg = PkType<T>::NEG;
+  // (v + neg) · s + b, pairwise: codes under a magic pair, the pair's value
+  // (and any code offset) removed by `neg`, scaled and offset.
+  __device__ static __forceinline__ u32 scale(u32 v, u32 neg, u32 s, u32 b) {
     return bits(__hfma2(__hadd2(as_pair(v), as_pair(neg)), as_pair(s), as_pair(b)));
   }
+  // The same with the magic pair's own NEG.
+  __device__ static __forceinline__ u32 scale(u32 v, u32 s, u32 b) { return scale(v, PkType<T>::NEG, s, b); }
 };
 
 // The generic decoder: F::codes, fmaf, one rounding to T (and for the hi/lo

@@ -80,10 +80,8 @@ struct TcDecQ8_0 {
     x ^= 0x80808080u;
     if constexpr (is_same<T, __half>::value) {
       const u32 d2 = b.db * 0x10001u, neg = 0xE480E480u, zero = 0u;  // (d, d), (−1152, −1152), (+0, +0)
-      lo = Pk<T>::bits(__hfma2(__hadd2(Pk<T>::as_pair(__byte_perm(x, 0x64646464u, 0x4140)), Pk<T>::as_pair(neg)),
-                               Pk<T>::as_pair(d2), Pk<T>::as_pair(zero)));
-      hi = Pk<T>::bits(__hfma2(__hadd2(Pk<T>::as_pair(__byte_perm(x, 0x64646464u, 0x4342)), Pk<T>::as_pair(neg)),
-                               Pk<T>::as_pair(d2), Pk<T>::as_pair(zero)));
+      lo = Pk<T>::scale(__byte_perm(x, 0x64646464u, 0x4140), neg, d2, zero);
+      hi = Pk<T>::scale(__byte_perm(x, 0x64646464u, 0x4342), neg, d2, zero);
     } else {
       const float d = half_bits_to_f32(b.db), c = __fmul_rn(d, -32896.f);  // −(2^15 + 128)·d, exact
       float v[4];
@@ -130,10 +128,8 @@ struct TcDecQ4_0 {
       const u32 magic = HIGH ? 0x54545454u : 0x64646464u;
       const u32 d2 = b.db * 0x10001u, zero = 0u;
       const u32 neg = HIGH ? 0xD480D480u : 0xE408E408u;  // (−72, −72) or (−1032, −1032)
-      lo = Pk<T>::bits(__hfma2(__hadd2(Pk<T>::as_pair(__byte_perm(m, magic, 0x4140)), Pk<T>::as_pair(neg)),
-                               Pk<T>::as_pair(d2), Pk<T>::as_pair(zero)));
-      hi = Pk<T>::bits(__hfma2(__hadd2(Pk<T>::as_pair(__byte_perm(m, magic, 0x4342)), Pk<T>::as_pair(neg)),
-                               Pk<T>::as_pair(d2), Pk<T>::as_pair(zero)));
+      lo = Pk<T>::scale(__byte_perm(m, magic, 0x4140), neg, d2, zero);
+      hi = Pk<T>::scale(__byte_perm(m, magic, 0x4342), neg, d2, zero);
     } else {
       const u32 n = HIGH ? (x >> 4) & 0x0F0F0F0Fu : m;
       const float d = half_bits_to_f32(b.db);

@@ -105,14 +105,6 @@ template <typename F, typename T, int BM>
 struct TcGeo : TcTiles<F, T, BM>, TcRaw<F, TcTiles<F, T, BM>::AUX_WORD> {
   typedef TcTiles<F, T, BM> X;
   typedef TcRaw<F, X::AUX_WORD> R;
-  using X::S;
-  using X::DIRECT;
-  using X::A_BYTES;
-  using X::B_BYTES;
-  using X::BS;
-  using X::SLACK;
-  using R::RSTEPS;
-  using R::PITCH;
   static constexpr int WARPS_M = BM >= 32 ? 2 : 1;
   static constexpr int WARPS_N = 8 / WARPS_M;
   static constexpr int WM = BM / WARPS_M;          // rows per warp
@@ -123,7 +115,7 @@ struct TcGeo : TcTiles<F, T, BM>, TcRaw<F, TcTiles<F, T, BM>::AUX_WORD> {
   static constexpr int RAW_BYTES = R::BYTES;
   static constexpr int LEAD = X::template lead_for<R>();
   static constexpr int RS = X::rs_for(R::RSTEPS, LEAD);
-  static constexpr int WAIT = S - 3 + (DIRECT ? 1 : LEAD);  // copy groups a step leaves in flight
+  static constexpr int WAIT = X::S - 3 + (X::DIRECT ? 1 : LEAD);  // copy groups a step leaves in flight
   static constexpr int SMEM = X::template smem_for<R>(LEAD);
 };
 
@@ -165,9 +157,11 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   if (G::DIRECT && st.h == 0) wrow[G::DIRECT ? st.r : 0] = st.valid ? st.data : nullptr;
   __syncthreads();
 
+  // The row's place in the raw stage buffer holding step j.
+  auto raw_at = [&](u32 j) { return my_raw + (j / G::RSTEPS % G::RS) * G::RAW_BYTES; };
   // Issues the raw stage that step j starts, if it starts one (`issue` of
   // step j takes step j + LEAD's; the prologue step 0's when LEAD = 1).
-  auto issue_raw = [&](u32 j) { st.issue_raw(p, j, my_raw + (j / G::RSTEPS % G::RS) * G::RAW_BYTES); };
+  auto issue_raw = [&](u32 j) { st.issue_raw(p, j, raw_at(j)); };
   // Issues the copies of step j's group: its A tile, and the B stage (dense
   // weights of type T) or the raw stage of step j + LEAD, so that one wait
   // per step lands both what the step multiplies and what it decodes.
@@ -180,7 +174,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
       issue_raw(j + G::LEAD);
     }
   };
-  auto slice = [&](u32 j) { return st.slice(p, j, my_raw + (j / G::RSTEPS % G::RS) * G::RAW_BYTES); };
+  auto slice = [&](u32 j) { return st.slice(p, j, raw_at(j)); };
   typedef typename TcDecOf<F, T>::type Dec;
   // Unit u (8 weights) of this thread's slice into B buffer j & 1.
   auto put = [&](u32 j, int u, uint4 v) { st.put(b_sm + (j & 1) * G::B_BYTES, u, v); };
