@@ -62,36 +62,47 @@ __device__ __forceinline__ u64 rank_key(float v, u32 i) {
   return ((u64)o << 32) | (u64)(0xFFFFFFFFu - i);
 }
 
-// Keys a lane holds in registers for the selection (indices lane + 32 j,
-// j < SEL_REG): E ≤ 32 · SEL_REG selects without shared-memory loads in
-// its rounds; larger E re-reads the lane's share from `key`.
+// Keys a lane keeps in a sorted register list for the selection (of its
+// share, indices lane + 32 j): the whole share for E ≤ 32 · SEL_REG, else
+// its SEL_REG best, re-scanned from `key` only if a lane wins more rounds.
 constexpr u32 SEL_REG = 8;
 
 // The best key of this lane's share (indices lane + 32 j, bit j of `taken`
-// clear) and its j; key 0 when none.
-__device__ __forceinline__ u64 lane_best(const float* key, u32 n, u32 lane, u32 taken, u32& bj) {
+// clear); key 0 when none.
+__device__ __forceinline__ u64 lane_best(const float* key, u32 n, u32 lane, u32 taken) {
   u64 best = 0;
   for (u32 j = 0, e = lane; e < n; ++j, e += 32) {
     if ((taken >> j) & 1u) continue;
     const u64 k = rank_key(key[e], e);
-    if (k > best) {
-      best = k;
-      bj = j;
-    }
+    best = k > best ? k : best;
   }
   return best;
 }
 
-// The same over keys held in registers (0 = absent or taken).
-__device__ __forceinline__ u64 reg_best(const u64 (&k)[SEL_REG], u32& bj) {
-  u64 best = 0;
+// Sorts the SEL_REG keys of a lane in descending order (Batcher's odd-even
+// merge sort of 8: 19 compare-exchanges, all indices compile-time, so the
+// keys stay in registers).
+__device__ __forceinline__ void sort_desc(u64 (&k)[SEL_REG]) {
+  static_assert(SEL_REG == 8, "sort_desc is the network for 8 keys");
+  constexpr u32 kNet[19][2] = {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {0, 2}, {1, 3}, {4, 6},
+                               {5, 7}, {1, 2}, {5, 6}, {0, 4}, {1, 5}, {2, 6}, {3, 7},
+                               {2, 4}, {3, 5}, {1, 2}, {3, 4}, {5, 6}};
 #pragma unroll
-  for (u32 j = 0; j < SEL_REG; ++j)
-    if (k[j] > best) {
-      best = k[j];
-      bj = j;
-    }
-  return best;
+  for (u32 c = 0; c < 19; ++c) {
+    const u64 a = k[kNet[c][0]], b = k[kNet[c][1]];
+    k[kNet[c][0]] = a > b ? a : b;
+    k[kNet[c][1]] = a > b ? b : a;
+  }
+}
+
+// Inserts x into the descending list k, dropping the smallest.
+__device__ __forceinline__ void insert_desc(u64 (&k)[SEL_REG], u64 x) {
+#pragma unroll
+  for (u32 i = 0; i < SEL_REG; ++i) {
+    const u64 hi = x > k[i] ? x : k[i];
+    x = x > k[i] ? k[i] : x;
+    k[i] = hi;
+  }
 }
 
 // The 64-bit warp max of unique keys, as two 32-bit warp reductions
@@ -107,39 +118,34 @@ __device__ __forceinline__ u64 warp_max_key(u64 best) {
 // lane j < count receives the index of the j-th best in `nth` (kNone for the
 // others). Returns this lane's mask of selected keys (bit i: key lane + 32 i).
 // Every lane of the warp must call it; `key` must be visible to all lanes.
-// Each round is one warp max of unique keys (they hold the index); the
-// winning lane then finds its next best — in registers for n ≤ 32·SEL_REG.
+// Each lane first sorts its keys (its SEL_REG best) into registers; a round
+// is then one warp max of unique keys (they hold the index) and, on the
+// winning lane, a shift of its list — a search only when a lane of a share
+// larger than SEL_REG has won SEL_REG rounds.
 __device__ u32 select_best(const float* key, u32 n, u32 count, u32 lane, u32& nth) {
-  u32 taken = 0, bj = 0;
+  u32 taken = 0;
   nth = kNone;
-  if (n <= 32 * SEL_REG) {
-    u64 k[SEL_REG];
+  u64 k[SEL_REG];
 #pragma unroll
-    for (u32 j = 0; j < SEL_REG; ++j) {
-      const u32 e = lane + 32 * j;
-      k[j] = e < n ? rank_key(key[e], e) : 0;
-    }
-    u64 best = reg_best(k, bj);
-    for (u32 j = 0; j < count; ++j) {
-      const u64 m = warp_max_key(best);
-      if (lane == j) nth = 0xFFFFFFFFu - (u32)m;  // 0 (no candidate) decodes to kNone
-      if (m != 0 && best == m) {
-        taken |= 1u << bj;
-#pragma unroll
-        for (u32 i = 0; i < SEL_REG; ++i)
-          if (i == bj) k[i] = 0;
-        best = reg_best(k, bj);
-      }
-    }
-    return taken;
+  for (u32 j = 0; j < SEL_REG; ++j) {
+    const u32 e = lane + 32 * j;
+    k[j] = e < n ? rank_key(key[e], e) : 0;
   }
-  u64 best = lane_best(key, n, lane, taken, bj);
+  sort_desc(k);
+  const bool spills = n > 32 * SEL_REG;
+  if (spills)
+    for (u32 e = lane + 32 * SEL_REG; e < n; e += 32) insert_desc(k, rank_key(key[e], e));
   for (u32 j = 0; j < count; ++j) {
-    const u64 m = warp_max_key(best);
-    if (lane == j) nth = 0xFFFFFFFFu - (u32)m;
-    if (m != 0 && best == m) {
-      taken |= 1u << bj;
-      best = lane_best(key, n, lane, taken, bj);
+    const u64 m = warp_max_key(k[0]);
+    const u32 e = 0xFFFFFFFFu - (u32)m;  // 0 (no candidate) decodes to kNone
+    if (lane == j) nth = e;
+    if (m != 0 && k[0] == m) {
+      taken |= 1u << ((e - lane) >> 5);
+#pragma unroll
+      for (u32 i = 0; i + 1 < SEL_REG; ++i) k[i] = k[i + 1];
+      k[SEL_REG - 1] = 0;
+      // Every listed key is taken: the next best of the share is unlisted.
+      if (spills && k[0] == 0) k[0] = lane_best(key, n, lane, taken);
     }
   }
   return taken;
