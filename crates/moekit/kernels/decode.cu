@@ -364,10 +364,13 @@ __device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& share
   pdl_trigger();
   pdl_wait();
   shared = blockIdx.y == p.max_active;
+  // Both words at once (one round trip): active[y] is in bounds (y <
+  // max_active ≤ E) and ignored when y ≥ n_active.
+  const u32 n_active = *p.n_active, ey = shared ? 0 : p.active[blockIdx.y];
   e = 0;
   if (shared) return p.sg.data != nullptr;
-  if (blockIdx.y >= *p.n_active) return false;
-  e = p.active[blockIdx.y];
+  if (blockIdx.y >= n_active) return false;
+  e = ey;
   return true;
 }
 
@@ -548,11 +551,12 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 3) decode_down_mma(const __gri
   pdl_wait();  // gate/up's act rows (and, through it, the routing)
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, H = p.hidden, k = p.top_k;
   const u32 n_slots = nt * k;
-  const u32 n_active = *p.n_active;
   const bool has_shared = p.sd.data != nullptr;
   const bool shared = blockIdx.y == p.max_active;
+  // Both words at once, as in gate_up_begin.
+  const u32 n_active = *p.n_active, ey = shared ? 0 : p.active[blockIdx.y];
   if (shared ? !has_shared : blockIdx.y >= n_active) return;
-  const u32 e = shared ? 0 : p.active[blockIdx.y];
+  const u32 e = ey;
   const DecodeW& D = shared ? p.sd : p.down_w;
   const MmaWarp mw(p.down_split);
   const u32 tile_rows = MMA_TILE * (MMA_WARPS / mw.ks_n), row_base = blockIdx.x * tile_rows;
