@@ -90,13 +90,45 @@ MK_TYPES="$(tr ',' '\n' <<<"$TYPES" | tr 'A-Z' 'a-z' |
     echo "ggml: $(cat "$BUILD_DIR/ggml_commit.txt" 2>/dev/null || echo unknown)"
 } | tee "$OUT/env.txt"
 
+# CPU time other processes took while a phase ran: busy jiffies of all CPUs
+# (/proc/stat) minus the phase's own user+sys (/usr/bin/time).
+busy_jiffies() {
+    local a
+    read -r -a a < <(grep '^cpu ' /proc/stat)
+    echo $((a[1] + a[2] + a[3] + a[6] + a[7] + a[8]))
+}
+TIMER=()
+if [[ -x /usr/bin/time ]]; then
+    TIMER=(/usr/bin/time -f "%e %U %S" -o "$OUT/.phase_time")
+fi
+PHASE_J0=0
+phase_start() { PHASE_J0="$(busy_jiffies)"; rm -f "$OUT/.phase_time"; }
+phase_end() {
+    local what="$1" j1 hz ncpu
+    j1="$(busy_jiffies)"
+    hz="$(getconf CLK_TCK)"
+    ncpu="$(nproc)"
+    if [[ -s "$OUT/.phase_time" ]]; then
+        python3 - "$what" "$PHASE_J0" "$j1" "$hz" "$ncpu" "$(tail -n1 "$OUT/.phase_time")" <<'PY' | tee -a "$OUT/env.txt"
+import sys
+what, j0, j1, hz, ncpu, t = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6]
+wall, user, sys_ = map(float, t.split())
+other = (j1 - j0) / hz - user - sys_
+print(f"other processes during {what}: {max(other, 0):.1f} CPU-s over {wall:.1f} s "
+      f"({100 * max(other, 0) / (wall * ncpu):.0f}% of {ncpu} cpus)")
+PY
+    fi
+}
+
 THREAD_LIST="$(tr ' ' ',' <<<"$THREADS")"
 wait_quiet ggml
 echo "== ggml: threads $THREAD_LIST"
+phase_start
 # shellcheck disable=SC2086
-"$BENCH" --preset "$PRESET" --types "$TYPES" --tokens "$TOKENS" --threads "$THREAD_LIST" \
+"${TIMER[@]}" "$BENCH" --preset "$PRESET" --types "$TYPES" --tokens "$TOKENS" --threads "$THREAD_LIST" \
     --modes "$GGML_MODES" --repack "$REPACK" --min-time "$MIN_TIME" $GGML_ARGS \
     --json "$OUT/ggml.json" 2> >(grep -v '^repack: repack tensor' >&2) | tee "$OUT/ggml.txt"
+phase_end ggml
 
 for t in $THREADS; do
     if [[ -z "$MK_TYPES" ]]; then
@@ -104,9 +136,11 @@ for t in $THREADS; do
     fi
     wait_quiet "moekit t=$t"
     echo "== moekit: RAYON_NUM_THREADS=$t"
-    RAYON_NUM_THREADS="$t" "$MOEKIT" bench --preset "$PRESET" --format "$MK_TYPES" --tokens "$TOKENS" \
+    phase_start
+    RAYON_NUM_THREADS="$t" "${TIMER[@]}" "$MOEKIT" bench --preset "$PRESET" --format "$MK_TYPES" --tokens "$TOKENS" \
         --device cpu --min-time "$MIN_TIME" --json "$OUT/moekit_t$t.json" 2>&1 |
         grep -v 'expert matrices' | tee "$OUT/moekit_t$t.txt"
+    phase_end "moekit t=$t"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/env.txt"
 
