@@ -22,8 +22,15 @@ def main() -> int:
             rep = json.load(f)
         thr = int(rep.get("threads") or m.group(1))
         mk_threads[thr] = rep
+        other = path[: -len(".json")] + ".other"
+        if os.path.exists(other):
+            rep["other_cpu_pct"] = float(open(other).read().strip() or "nan")
         for c in rep["cases"]:
+            c["other_cpu_pct"] = None
             moekit[(c["format"].lower(), c["tokens"], thr)] = c
+    for thr, rep in mk_threads.items():
+        for c in rep["cases"]:
+            c["other_cpu_pct"] = rep.get("other_cpu_pct")
 
     rows = {}  # (type, T, threads, layout) -> {mode: case}
     for c in ggml:
@@ -44,7 +51,8 @@ def main() -> int:
           "ratio = moekit ms / ggml router ms (ids ms if no router run); > 1 means moekit is slower.")
     print()
     hdr = ["type", "T", "thr", "ggml layout", "ggml ids ms", "ggml router ms", "moekit ms",
-           "ratio", "ggml MB", "moekit MB", "ggml GB/s", "moekit GB/s", "moekit path"]
+           "ratio", "ggml MB", "moekit MB", "ggml GB/s", "moekit GB/s", "moekit path",
+           "other % (ggml/moekit)"]
     print("| " + " | ".join(hdr) + " |")
     print("|" + "|".join("---" for _ in hdr) + "|")
 
@@ -65,11 +73,16 @@ def main() -> int:
             f"{base['gb_per_s']:.1f}",
             f"{mk['gb_per_s']:.1f}" if mk else "-",
             mk.get("path", "-") if mk else "-",
+            "{}/{}".format(
+                f"{max(c.get('other_cpu_pct', 0) or 0 for c in modes.values()):.0f}",
+                f"{mk['other_cpu_pct']:.0f}" if mk and mk.get("other_cpu_pct") is not None else "-"),
         ]) + " |")
     print()
     print("ggml MB: distinct routed experts' gate+up+down bytes, averaged over the id sets "
           "(+ the f32 router E*H*4 when the router mode ran); moekit MB: its weight_bytes "
-          "(router f32 + experts hit, averaged over its 16 inputs).")
+          "(router f32 + experts hit, averaged over its 16 inputs). other %: CPU share other "
+          "processes took while it was measured (ggml: per case, max over modes; moekit: its "
+          "whole run at that thread count).")
     return 0
 
 

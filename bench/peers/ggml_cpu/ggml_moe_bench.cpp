@@ -37,6 +37,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #ifndef GGML_COMMIT
 #define GGML_COMMIT "unknown"
 #endif
@@ -56,6 +59,8 @@ struct Args {
     int id_sets = 16;
     int distinct = 4;
     int max_repeats = 100000;
+    double busy_pct = 10.0;  // retry a case when other processes took more CPU than this
+    int busy_retries = 5;
     uint64_t seed = 0;
     bool fused = false;
     bool check = true;
@@ -111,6 +116,9 @@ void usage() {
         "  --distinct N       distinct random experts per matrix, cycled over E (default 4)\n"
         "  --seed N           seed (default 0)\n"
         "  --no-check         skip the f32 reference check (NMSE)\n"
+        "  --busy-pct P       other processes' share of all CPUs (/proc/stat) above which a case is\n"
+        "                     re-measured after a pause (default 10; 100 = never)\n"
+        "  --busy-retries N   re-measurements per case at most (default 5)\n"
         "  --json PATH        also write the results as JSON\n");
 }
 
@@ -171,6 +179,10 @@ Args parse_args(int argc, char ** argv) {
             a.max_repeats = atoi(val().c_str());
         } else if (k == "--seed") {
             a.seed = strtoull(val().c_str(), nullptr, 10);
+        } else if (k == "--busy-pct") {
+            a.busy_pct = atof(val().c_str());
+        } else if (k == "--busy-retries") {
+            a.busy_retries = atoi(val().c_str());
         } else if (k == "--no-check") {
             a.check = false;
         } else if (k == "--json") {
@@ -246,6 +258,24 @@ std::string nmse_s(double v) {
     char b[32];
     snprintf(b, sizeof b, "%.4e", v);
     return b;
+}
+
+// Busy jiffies of all CPUs (/proc/stat) and this process's CPU seconds: their
+// difference over an interval is what other processes took.
+double busy_cpu_s() {
+    std::ifstream f("/proc/stat");
+    std::string cpu;
+    unsigned long long v[10] = {0};
+    f >> cpu;
+    for (auto & x : v) f >> x;
+    // user nice system idle iowait irq softirq steal guest guest_nice
+    return (double) (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double) sysconf(_SC_CLK_TCK);
+}
+
+double self_cpu_s() {
+    rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
 }
 
 double now_s() {
@@ -412,8 +442,8 @@ std::vector<double> reference(const Args & a, const ExpertMatrix * gate, const E
 
 struct Result {
     std::string type, mode, layout;
-    int tokens, threads, repeats;
-    double median_ms, min_ms, weight_bytes, gb_per_s, hit, nmse;
+    int tokens, threads, repeats, attempts;
+    double median_ms, min_ms, weight_bytes, gb_per_s, hit, nmse, other_pct;
 };
 
 }  // namespace
@@ -453,8 +483,8 @@ int main(int argc, char ** argv) {
     if (a.repack == "auto" || a.repack == "both") layouts.push_back(true);
     if (a.repack == "off" || a.repack == "both") layouts.push_back(false);
 
-    printf("\n%-7s %5s %3s %-6s %-8s %10s %10s %6s %6s %10s %8s %9s\n", "type", "T", "thr", "mode", "layout",
-           "median ms", "min ms", "reps", "hit", "weight MB", "GB/s", "nmse");
+    printf("\n%-7s %5s %3s %-6s %-8s %10s %10s %6s %6s %10s %8s %9s %5s\n", "type", "T", "thr", "mode", "layout",
+           "median ms", "min ms", "reps", "hit", "weight MB", "GB/s", "nmse", "oth%");
     fflush(stdout);
 
     std::vector<Result> results;
@@ -663,21 +693,35 @@ int main(int argc, char ** argv) {
                         nmse = den > 0 ? num / den : NAN;
                     }
 
+                    const long ncpu = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
                     for (int nt : a.threads) {
                         ggml_backend_cpu_set_n_threads(backend, nt);
-                        size_t r = 0;
-                        for (int w = 0; w < a.warmup; w++) {
-                            set_inputs(sets[r++ % sets.size()]);
-                            if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) die("compute failed");
-                        }
                         std::vector<double> times;
-                        const double start = now_s();
-                        while ((times.size() < 5 || now_s() - start < a.min_time) &&
-                               (int) times.size() < a.max_repeats) {
-                            set_inputs(sets[r++ % sets.size()]);  // not timed
-                            const double t0 = now_s();
-                            if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) die("compute failed");
-                            times.push_back(now_s() - t0);
+                        double other_pct = 0;
+                        int attempt = 0;
+                        for (;; attempt++) {
+                            size_t r = 0;
+                            for (int w = 0; w < a.warmup; w++) {
+                                set_inputs(sets[r++ % sets.size()]);
+                                if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) die("compute failed");
+                            }
+                            times.clear();
+                            const double busy0 = busy_cpu_s(), self0 = self_cpu_s();
+                            const double start = now_s();
+                            while ((times.size() < 5 || now_s() - start < a.min_time) &&
+                                   (int) times.size() < a.max_repeats) {
+                                set_inputs(sets[r++ % sets.size()]);  // not timed
+                                const double t0 = now_s();
+                                if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) die("compute failed");
+                                times.push_back(now_s() - t0);
+                            }
+                            const double wall = now_s() - start;
+                            const double other = (busy_cpu_s() - busy0) - (self_cpu_s() - self0);
+                            other_pct = std::max(0.0, 100.0 * other / (wall * (double) ncpu));
+                            if (other_pct <= a.busy_pct || attempt >= a.busy_retries) break;
+                            fprintf(stderr, "%s T=%d threads=%d %s: other processes took %.0f%% of the CPUs, "
+                                    "re-measuring in 5 s\n", ggml_type_name(type), T, nt, mode.c_str(), other_pct);
+                            sleep(5);
                         }
                         std::sort(times.begin(), times.end());
                         Result res;
@@ -693,9 +737,11 @@ int main(int argc, char ** argv) {
                         res.gb_per_s = bytes / (res.median_ms * 1e-3) / 1e9;
                         res.hit = hit;
                         res.nmse = nmse;
-                        printf("%-7s %5d %3d %-6s %-8s %10.3f %10.3f %6d %6.1f %10.2f %8.2f %9.2e\n", res.type.c_str(),
-                               T, nt, mode.c_str(), layout.c_str(), res.median_ms, res.min_ms, res.repeats, hit,
-                               bytes / 1e6, res.gb_per_s, nmse);
+                        res.other_pct = other_pct;
+                        res.attempts = attempt + 1;
+                        printf("%-7s %5d %3d %-6s %-8s %10.3f %10.3f %6d %6.1f %10.2f %8.2f %9.2e %5.0f\n",
+                               res.type.c_str(), T, nt, mode.c_str(), layout.c_str(), res.median_ms, res.min_ms,
+                               res.repeats, hit, bytes / 1e6, res.gb_per_s, nmse, other_pct);
                         fflush(stdout);
                         results.push_back(res);
                     }
@@ -723,11 +769,11 @@ int main(int argc, char ** argv) {
                     "\"type\": \"%s\", \"tokens\": %d, \"threads\": %d, \"mode\": \"%s\", \"layout\": \"%s\", "
                     "\"median_ms\": %.6f, \"min_ms\": %.6f, \"repeats\": %d, \"id_sets\": %d, "
                     "\"experts_hit_avg\": %.3f, \"weight_bytes\": %.1f, \"weight_mb\": %.4f, \"gb_per_s\": %.4f, "
-                    "\"nmse\": %s}%s\n",
+                    "\"nmse\": %s, \"other_cpu_pct\": %.1f, \"attempts\": %d}%s\n",
                     GGML_COMMIT, cpu.c_str(), a.preset.c_str(), a.E, a.K, a.H, a.I, a.fused ? "fused" : "separate",
                     r.type.c_str(), r.tokens, r.threads, r.mode.c_str(), r.layout.c_str(), r.median_ms, r.min_ms,
                     r.repeats, a.id_sets, r.hit, r.weight_bytes, r.weight_bytes / 1e6, r.gb_per_s,
-                    nmse_s(r.nmse).c_str(),
+                    nmse_s(r.nmse).c_str(), r.other_pct, r.attempts,
                     i + 1 < results.size() ? "," : "");
         }
         fprintf(f, "]\n");
