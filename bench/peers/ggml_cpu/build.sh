@@ -9,7 +9,11 @@
 # extracted to $BUILD_DIR/src. Default: /work/.mirror/ggml-org+ggml/repo.
 #
 # Env: BUILD_DIR (default bench/peers/ggml_cpu/build, git-ignored),
-#      JOBS (default 2), NICE (default 19), CC/CXX, CMAKE (default cmake).
+#      JOBS (default 2), NICE (default 19), CC/CXX, CMAKE (default cmake),
+#      GGML_ISA: native (default: GGML_NATIVE=ON, i.e. -march=native, AVX512
+#      and VNNI where the CPU has them) or avx2 (GGML_NATIVE=OFF with AVX, AVX2,
+#      FMA, F16C, BMI2 only: the instruction set of moekit's `avx2` kernels).
+#      Use a separate BUILD_DIR per ISA, e.g. BUILD_DIR=.../build-avx2.
 # Output: $BUILD_DIR/ggml_moe_bench, $BUILD_DIR/ggml_commit.txt
 set -euo pipefail
 
@@ -21,6 +25,23 @@ NICE="${NICE:-19}"
 CMAKE="${CMAKE:-cmake}"
 CC="${CC:-gcc}"
 CXX="${CXX:-g++}"
+GGML_ISA="${GGML_ISA:-native}"
+case "$GGML_ISA" in
+    native)
+        ISA_FLAGS=(-DGGML_NATIVE=ON)
+        HARNESS_ARCH=(-march=native)
+        ;;
+    avx2)
+        ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+            -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF
+            -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF)
+        HARNESS_ARCH=(-mavx2 -mfma -mf16c)
+        ;;
+    *)
+        echo "error: GGML_ISA must be native or avx2, got $GGML_ISA" >&2
+        exit 1
+        ;;
+esac
 
 mkdir -p "$BUILD_DIR"
 BUILD_DIR="$(cd "$BUILD_DIR" && pwd)"
@@ -57,7 +78,7 @@ echo "ggml source: $SRC (commit $COMMIT)"
     -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" \
     -DBUILD_SHARED_LIBS=OFF \
-    -DGGML_NATIVE=ON \
+    "${ISA_FLAGS[@]}" \
     -DGGML_CPU=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
     -DGGML_BLAS=OFF -DGGML_OPENMP=ON -DGGML_LLAMAFILE=ON -DGGML_CCACHE=OFF \
     -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF
@@ -70,11 +91,12 @@ for l in ggml ggml-cpu ggml-base; do
     [[ -n "$f" ]] || { echo "error: lib$l.a not found" >&2; exit 1; }
     LIBS+=("$f")
 done
-nice -n "$NICE" "$CXX" -O2 -std=c++17 -march=native \
+nice -n "$NICE" "$CXX" -O2 -std=c++17 "${HARNESS_ARCH[@]}" \
     -DGGML_COMMIT="\"$COMMIT\"" \
     -I "$SRC/include" \
     "$HERE/ggml_moe_bench.cpp" \
     -Wl,--start-group "${LIBS[@]}" -Wl,--end-group \
     -fopenmp -lpthread -lm -o "$BUILD_DIR/ggml_moe_bench"
 echo "$COMMIT" >"$BUILD_DIR/ggml_commit.txt"
-echo "built $BUILD_DIR/ggml_moe_bench (ggml $COMMIT)"
+echo "$GGML_ISA" >"$BUILD_DIR/ggml_isa.txt"
+echo "built $BUILD_DIR/ggml_moe_bench (ggml $COMMIT, ISA $GGML_ISA)"
