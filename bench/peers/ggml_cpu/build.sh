@@ -7,6 +7,8 @@
 # (has CMakeLists.txt and include/ggml.h) or a bare git mirror of
 # ggml-org/ggml (e.g. /work/.mirror/ggml-org+ggml/repo), whose HEAD is then
 # extracted to $BUILD_DIR/src. Default: /work/.mirror/ggml-org+ggml/repo.
+# For an extracted tree the commit comes from git, a .ggml_commit file in it,
+# or GGML_COMMIT.
 #
 # Env: BUILD_DIR (default bench/peers/ggml_cpu/build, git-ignored),
 #      JOBS (default 2), NICE (default 19), CC/CXX, CMAKE (default cmake),
@@ -46,11 +48,14 @@ esac
 mkdir -p "$BUILD_DIR"
 BUILD_DIR="$(cd "$BUILD_DIR" && pwd)"
 
-# Resolve the source tree and its commit.
-COMMIT=unknown
+# Resolve the source tree and its commit (GGML_COMMIT overrides it for a tree
+# without git metadata).
+COMMIT="${GGML_COMMIT:-unknown}"
 if [[ -f "$GGML_SRC/CMakeLists.txt" && -f "$GGML_SRC/include/ggml.h" ]]; then
     SRC="$(cd "$GGML_SRC" && pwd)"
-    if git -C "$SRC" rev-parse HEAD >/dev/null 2>&1; then
+    if [[ -n "${GGML_COMMIT:-}" ]]; then
+        :
+    elif git -C "$SRC" rev-parse HEAD >/dev/null 2>&1; then
         COMMIT="$(git -C "$SRC" rev-parse HEAD)"
     elif [[ -f "$SRC/.ggml_commit" ]]; then
         COMMIT="$(cat "$SRC/.ggml_commit")"
