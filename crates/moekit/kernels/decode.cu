@@ -537,6 +537,14 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
   }
 }
 
+// Blocks an SM that decode_down_mma's registers allow: 4 (64 registers)
+// for MLX 4-bit affine, whose decoder fits there (6 spill instructions, none
+// in the span loop), so that more warps stream weights (mixtral-8x7b
+// affine4 T = 1: down 44 → 37 µs, its 512 blocks in one wave); 3 for the
+// rest (bf16 and q8_0 measured slower at 4, Q4_0 and Q4_K spill there).
+template <typename F> struct DownBlocks { static constexpr int value = 3; };
+template <typename S> struct DownBlocks<FmtAffine<4, S>> { static constexpr int value = 4; };
+
 // Grid: (⌈H / (16·MT)⌉, max_active + 1); block (x, y): MT tiles of active
 // expert y's down (y = max_active: the shared expert) × the act rows of its
 // slots → y. The last of a row tile's blocks to finish (tile_tickets[x])
@@ -544,7 +552,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
 // order, rounded to T, plus the gated shared expert (rounded again), as the
 // general path does.
 template <typename F, typename T>
-__global__ void __launch_bounds__(MMA_WARPS * 32, 3) decode_down_mma(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_down_mma(const __grid_constant__ DecodeParams p) {
   __shared__ __align__(16) float red[MMA_RED];
   __shared__ u32 s_last;
   pdl_trigger();

@@ -346,3 +346,43 @@ fn sanitizer_sweep() {
         }
     }
 }
+
+/// The tensor-core expert kernels with long K (8192: 64 spans, 8 warps of 8
+/// spans each) on gate/up (h = 8192) and on down (i = 8192), and the shared
+/// expert's 12 tokens (two n-tiles): against the CPU, and each token alone
+/// against the batch. Also run under compute-sanitizer
+/// (`SANITIZE=1 … decode::long_k`).
+#[test]
+fn long_k_and_two_n_tiles_match_cpu() {
+    for (h, i) in [(8192, 256), (256, 8192)] {
+        let s = Shape {
+            e: 8,
+            k: 2,
+            h,
+            i,
+            si: 256,
+            fused: false,
+            gated: true,
+        };
+        for f in ["affine4", "q4_k", "q4_0", "q8_0"] {
+            let kind = RouterKind::SoftmaxTopK {
+                norm_topk_prob: true,
+            };
+            let cpu = block(WeightFormat::parse(f).unwrap(), &s, kind);
+            let dev = cpu.to_device(gpu()).unwrap();
+            let x = random(&[12, s.h], DType::Bf16, 31);
+            let got = run(&dev, MoePath::Decode, &x);
+            let e = nmse(&got, &cpu_forward(&cpu, &x));
+            assert!(e <= 1e-3, "{f} h={h} i={i}: NMSE {e:e}");
+            let rows = x.to_f32_vec().unwrap();
+            for t in [0, 11] {
+                let one = Tensor::from_f32(&rows[t * h..(t + 1) * h], &[1, h], DType::Bf16).unwrap();
+                assert_eq!(
+                    run(&dev, MoePath::Decode, &one),
+                    got[t * h..(t + 1) * h],
+                    "{f} h={h} i={i}: token {t} alone differs from inside the batch"
+                );
+            }
+        }
+    }
+}

@@ -113,6 +113,9 @@ pub unsafe fn launch<P: DeviceRepr>(
     unsafe { launch_ordered(dev, source, name_expr, geo, params, op, Order::Stream) }
 }
 
+/// Dynamic shared memory above which a launch opts in to more than 48 KiB.
+const OPT_IN_SMEM: u32 = 32 * 1024;
+
 /// [`launch`] with an explicit [`Order`].
 ///
 /// # Safety
@@ -134,8 +137,10 @@ pub unsafe fn launch_ordered<P: DeviceRepr>(
     let f = dev
         .jit()
         .function(dev.context(), dev.arch(), source, name_expr)?;
-    if geo.shared > 48 * 1024 {
-        // Above 48 KiB a kernel must opt in to its dynamic shared memory.
+    if geo.shared > OPT_IN_SMEM {
+        // Above 48 KiB of static and dynamic shared memory together a kernel
+        // must opt in to its dynamic shared memory (the static part is at
+        // most 16 KiB in every kernel here).
         f.set_attribute(
             cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             geo.shared as i32,
