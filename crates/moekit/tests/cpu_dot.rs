@@ -12,6 +12,7 @@ mod common_util;
 use common_util::{nmse, rng};
 use moekit::cpu::{simd_level, SimdLevel};
 use moekit::format::random::random_weights;
+use moekit::format::GgmlType;
 use moekit::testing::cpu_fast::{dot_row, dot_rows, dot_rows_at, XSums};
 use moekit::testing::decoder;
 use moekit::{DType, QuantWeights, WeightFormat};
@@ -36,8 +37,14 @@ fn cases() -> Vec<(WeightFormat, DType)> {
     v
 }
 
+/// Formats decoded then dotted: mlx-native u8 codes and the table-based
+/// GGUF types (IQ4_NL, IQ4_XS, MXFP4).
 fn has_fused_kernel(f: WeightFormat) -> bool {
-    !matches!(f, WeightFormat::AffineU8 { .. })
+    !matches!(
+        f,
+        WeightFormat::AffineU8 { .. }
+            | WeightFormat::Ggml(GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4)
+    )
 }
 
 /// NMSE of the fused dots of every row of random `[2, 24, k]` weights, at
@@ -217,7 +224,7 @@ fn dot_row_rejects_bad_rows() {
 #[ignore]
 fn bench_dot_row() {
     let names = std::env::var("DOT_BENCH_FORMATS").unwrap_or_else(|_| {
-        "q4_0,q4_1,q5_0,q5_1,q8_0,q2_k,q3_k,q4_k,q5_k,q6_k,affine2,affine3,affine4,affine4-g32,\
+        "q4_0,q4_1,q5_0,q5_1,q8_0,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,mxfp4,affine2,affine3,affine4,affine4-g32,\
          affine4-g128,affine5,affine6,affine8,affine8-g32,affine8-g128,f16,bf16,f32"
             .into()
     });

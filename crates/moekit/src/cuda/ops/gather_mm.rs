@@ -96,6 +96,9 @@ pub fn format_type(format: WeightFormat, scale_dtype: DType) -> Result<String> {
                 GgmlType::Q4_K => "Q4_K",
                 GgmlType::Q5_K => "Q5_K",
                 GgmlType::Q6_K => "Q6_K",
+                GgmlType::IQ4_NL => "IQ4_NL",
+                GgmlType::IQ4_XS => "IQ4_XS",
+                GgmlType::MXFP4 => "MXFP4",
             };
             format!("moekit::Fmt{name}")
         }

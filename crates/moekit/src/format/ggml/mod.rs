@@ -1,19 +1,23 @@
 //! GGUF (GGML) block quantization: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32 weights a
-//! block) and the K-quants Q2_K … Q6_K (256 weights a super-block).
+//! block), the K-quants Q2_K … Q6_K (256 weights a super-block), and the
+//! table-based IQ4_NL (32), IQ4_XS (256) and MXFP4 (32).
 //!
 //! * [`GgmlType`] names a type: block size, bytes per block, GGML type id.
-//! * `blocks` (crate-private) holds the `#[repr(C)]` block structs, byte-for-byte llama.cpp's
-//!   `ggml-common.h`, and their dequantizers.
+//! * `blocks` and `nonlinear` (crate-private) hold the `#[repr(C)]` block
+//!   structs, byte-for-byte llama.cpp's `ggml-common.h`, and their
+//!   dequantizers.
 //! * [`dequantize_row`] decodes a row of whole blocks, bit-identical in f32 to
 //!   gguf-py's `gguf.quants.dequantize` (and so to ggml's `dequantize_row_*`).
-//! * [`quantize_row`] is the reference quantizer of the 32-weight types,
-//!   byte-identical to `gguf.quants.quantize` (the K-types are not supported).
+//! * [`quantize_row`] is the reference quantizer of Q4_0 … Q8_0,
+//!   byte-identical to `gguf.quants.quantize` (the K-types and table types are
+//!   not supported).
 //! * [`random_blocks`] makes valid random blocks for benchmarks and tests.
 //!
 //! Internally every public function dispatches once on the type
 //! (`with_block`) to code generic over the block struct.
 
 pub(crate) mod blocks;
+pub(crate) mod nonlinear;
 mod quantize;
 
 use crate::error::{ensure, unsupported, Result};
@@ -21,6 +25,7 @@ use blocks::{
     Block, BlockQ2_K, BlockQ3_K, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K,
     BlockQ6_K, BlockQ8_0,
 };
+use nonlinear::{BlockIQ4_NL, BlockIQ4_XS, BlockMXFP4};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use std::fmt;
@@ -49,11 +54,17 @@ pub enum GgmlType {
     Q5_K,
     /// K-quant super-block of 256, 6-bit.
     Q6_K,
+    /// 32 weights, f16 d, 4-bit codes into the non-linear `kvalues_iq4nl`.
+    IQ4_NL,
+    /// Super-block of 256: f16 d, 6-bit scales per 32, 4-bit `kvalues_iq4nl` codes.
+    IQ4_XS,
+    /// 32 weights, e8m0 scale, 4-bit e2m1 (FP4) codes (OCP MX).
+    MXFP4,
 }
 
 impl GgmlType {
     /// Every supported type.
-    pub const ALL: [GgmlType; 10] = [
+    pub const ALL: [GgmlType; 13] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
@@ -64,13 +75,20 @@ impl GgmlType {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+        GgmlType::MXFP4,
     ];
     /// Weights per block.
     pub const fn block_size(self) -> usize {
         match self {
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-                32
-            }
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL
+            | GgmlType::MXFP4 => 32,
             _ => blocks::QK_K,
         }
     }
@@ -87,6 +105,9 @@ impl GgmlType {
             GgmlType::Q4_K => 144,
             GgmlType::Q5_K => 176,
             GgmlType::Q6_K => 210,
+            GgmlType::IQ4_NL => 18,
+            GgmlType::IQ4_XS => 136,
+            GgmlType::MXFP4 => 17,
         }
     }
     /// Lower-case name (`q4_0`, `q4_k`).
@@ -102,6 +123,9 @@ impl GgmlType {
             GgmlType::Q4_K => "q4_k",
             GgmlType::Q5_K => "q5_k",
             GgmlType::Q6_K => "q6_k",
+            GgmlType::IQ4_NL => "iq4_nl",
+            GgmlType::IQ4_XS => "iq4_xs",
+            GgmlType::MXFP4 => "mxfp4",
         }
     }
     /// Parses a name (case-insensitive).
@@ -123,10 +147,13 @@ impl GgmlType {
             GgmlType::Q4_K => 12,
             GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
+            GgmlType::IQ4_NL => 20,
+            GgmlType::IQ4_XS => 23,
+            GgmlType::MXFP4 => 39,
         }
     }
     /// The type of a `ggml_type` value; `None` for types moekit does not support
-    /// (F32, F16, Q8_1, IQ*, …).
+    /// (F32, F16, Q8_1, IQ2*, …).
     pub fn from_ggml_type_id(id: u32) -> Option<GgmlType> {
         GgmlType::ALL.into_iter().find(|t| t.ggml_type_id() == id)
     }
@@ -157,6 +184,9 @@ fn with_block<F: WithBlock>(ty: GgmlType, f: F) -> F::Output {
         GgmlType::Q4_K => f.run::<BlockQ4_K>(),
         GgmlType::Q5_K => f.run::<BlockQ5_K>(),
         GgmlType::Q6_K => f.run::<BlockQ6_K>(),
+        GgmlType::IQ4_NL => f.run::<BlockIQ4_NL>(),
+        GgmlType::IQ4_XS => f.run::<BlockIQ4_XS>(),
+        GgmlType::MXFP4 => f.run::<BlockMXFP4>(),
     }
 }
 
@@ -199,7 +229,7 @@ impl WithBlock for Dequantize<'_> {
         let outs = self.out.chunks_exact_mut(B::TYPE.block_size());
         match bytemuck::try_cast_slice::<u8, B>(self.bytes) {
             Ok(blocks) => blocks.iter().zip(outs).for_each(|(b, o)| b.dequantize(o)),
-            // Not 2-aligned: copy each block out first.
+            // Not aligned: copy each block out first.
             Err(_) => self
                 .bytes
                 .chunks_exact(std::mem::size_of::<B>())
@@ -259,7 +289,7 @@ impl WithBlock for Quantize<'_> {
 ///
 /// Byte-identical to `gguf.quants.quantize` (llama.cpp's
 /// `quantize_row_*_ref`) for finite input. Only Q4_0, Q4_1, Q5_0, Q5_1 and
-/// Q8_0; the K-types return [`crate::Error::Unsupported`].
+/// Q8_0; the other types return [`crate::Error::Unsupported`].
 pub fn quantize_row(ty: GgmlType, src: &[f32], out: &mut [u8]) -> Result<()> {
     const OP: &str = "ggml_quantize_row";
     check_lengths(OP, ty, "src", src.len(), "out", out.len())?;
@@ -292,7 +322,8 @@ impl WithBlock for RandomBlocks {
 }
 
 /// `n_blocks` random valid blocks of `ty` (deterministic in `seed`): random
-/// code bytes, finite f16 scales sized so the weights are O(0.01–0.1).
+/// code bytes, finite scales (f16; MXFP4: e8m0) sized so the weights are
+/// O(0.01–0.1).
 pub fn random_blocks(ty: GgmlType, n_blocks: usize, seed: u64) -> Vec<u8> {
     with_block(ty, RandomBlocks { n_blocks, seed })
 }
@@ -315,19 +346,21 @@ mod tests {
             let (t, size, align) = with_block(ty, SizeOf);
             assert_eq!(t, ty);
             assert_eq!(size, ty.type_size(), "{ty}");
-            assert_eq!(align, 2, "{ty}");
+            // MXFP4 (17 bytes, no f16) is the only byte-aligned block.
+            let want_align = if ty == GgmlType::MXFP4 { 1 } else { 2 };
+            assert_eq!(align, want_align, "{ty}");
         }
     }
 
     #[test]
     fn type_ids_round_trip() {
         let ids: Vec<u32> = GgmlType::ALL.iter().map(|t| t.ggml_type_id()).collect();
-        assert_eq!(ids, [2, 3, 6, 7, 8, 10, 11, 12, 13, 14]);
+        assert_eq!(ids, [2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 39]);
         for ty in GgmlType::ALL {
             assert_eq!(GgmlType::from_ggml_type_id(ty.ggml_type_id()), Some(ty));
             assert_eq!(GgmlType::parse(&ty.name().to_uppercase()), Some(ty));
         }
-        for id in [0, 1, 4, 5, 9, 15, 16, 30, u32::MAX] {
+        for id in [0, 1, 4, 5, 9, 15, 16, 21, 30, 40, u32::MAX] {
             assert_eq!(GgmlType::from_ggml_type_id(id), None, "{id}");
         }
     }
@@ -400,16 +433,19 @@ mod tests {
     }
 
     #[test]
-    fn k_types_cannot_be_quantized() {
+    fn k_and_table_types_cannot_be_quantized() {
         for ty in [
             GgmlType::Q2_K,
             GgmlType::Q3_K,
             GgmlType::Q4_K,
             GgmlType::Q5_K,
             GgmlType::Q6_K,
+            GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
+            GgmlType::MXFP4,
         ] {
             let mut out = vec![0u8; ty.type_size()];
-            let r = quantize_row(ty, &[0.0; 256], &mut out);
+            let r = quantize_row(ty, &vec![0.0; ty.block_size()], &mut out);
             assert!(
                 matches!(r, Err(crate::Error::Unsupported { .. })),
                 "{ty}: {r:?}"

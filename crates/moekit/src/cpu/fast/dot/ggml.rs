@@ -1,7 +1,9 @@
 //! The fused kernels of the GGUF types: the 32-weight blocks in
 //! [`legacy`](super::legacy), the K-quants in [`kquant`](super::kquant).
+//! The table-based types (IQ4_NL, IQ4_XS, MXFP4) have none yet: their rows
+//! are decoded, then dotted ([`Decode`]).
 
-use super::{kquant, legacy, run, RowKernel, Run, Simd, XSums};
+use super::{kquant, legacy, run, Decode, RowKernel, Run, Simd, XSums};
 use crate::format::ggml::blocks::{
     Block, BlockQ2_K, BlockQ3_K, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K,
     BlockQ6_K, BlockQ8_0,
@@ -23,6 +25,7 @@ pub(super) fn run_for<V: Simd>(t: GgmlType) -> Run {
         GgmlType::Q4_K => run::<KQuant<BlockQ4_K>, V>,
         GgmlType::Q5_K => run::<KQuant<BlockQ5_K>, V>,
         GgmlType::Q6_K => run::<KQuant<BlockQ6_K>, V>,
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 => run::<Decode, V>,
     }
 }
 
