@@ -183,12 +183,13 @@ fn inspect_says_whether_the_moe_layers_run_and_names_what_stops_them() {
         assert!(s.contains(&format!(" {ty} ")), "{ty}: {s}");
     }
 
-    // q3_k bytes relabelled iq3_s (same block size and bytes), not supported yet.
-    let mut b = std::fs::read(root().join("fixtures/gguf/qwen3moe_kquant.gguf")).unwrap();
-    let at = type_id_offset(&b, "blk.0.ffn_up_exps.weight");
-    assert_eq!(b[at..at + 4], 11u32.to_le_bytes(), "q3_k");
-    b[at..at + 4].copy_from_slice(&21u32.to_le_bytes());
-    let p = std::env::temp_dir().join(format!("moekit-cli-iq3s-{}.gguf", std::process::id()));
+    // q8_0 bytes relabelled nvfp4 (not supported yet; fewer bytes, so the
+    // file stays valid).
+    let mut b = std::fs::read(root().join("fixtures/gguf/glm4moe_q8_0.gguf")).unwrap();
+    let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
+    assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
+    b[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
+    let p = std::env::temp_dir().join(format!("moekit-cli-nvfp4-{}.gguf", std::process::id()));
     std::fs::write(&p, &b).unwrap();
     let o = moekit(&["inspect", p.to_str().unwrap()]);
     let _ = std::fs::remove_file(&p);
@@ -196,9 +197,9 @@ fn inspect_says_whether_the_moe_layers_run_and_names_what_stops_them() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let line = s.lines().find(|l| l.starts_with("runnable")).unwrap();
     assert!(
-        line.contains("no: block 0")
-            && line.contains("blk.0.ffn_up_exps.weight")
-            && line.contains("iq3_s"),
+        line.contains("no: block 1")
+            && line.contains("blk.1.ffn_up_exps.weight")
+            && line.contains("nvfp4"),
         "{line}"
     );
 }

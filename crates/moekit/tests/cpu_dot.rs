@@ -37,14 +37,27 @@ fn cases() -> Vec<(WeightFormat, DType)> {
     v
 }
 
-/// Formats decoded then dotted: mlx-native u8 codes and the table-based
-/// GGUF types (IQ4_NL, IQ4_XS, MXFP4).
+/// Formats with a fused kernel: not mlx-native u8 codes, and of the GGUF
+/// types only the legacy 32-weight blocks and the K-quants (the IQ*, MXFP4
+/// and TQ* rows are decoded, then dotted).
 fn has_fused_kernel(f: WeightFormat) -> bool {
-    !matches!(
-        f,
-        WeightFormat::AffineU8 { .. }
-            | WeightFormat::Ggml(GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4)
-    )
+    match f {
+        WeightFormat::AffineU8 { .. } => false,
+        WeightFormat::Ggml(t) => matches!(
+            t,
+            GgmlType::Q4_0
+                | GgmlType::Q4_1
+                | GgmlType::Q5_0
+                | GgmlType::Q5_1
+                | GgmlType::Q8_0
+                | GgmlType::Q2_K
+                | GgmlType::Q3_K
+                | GgmlType::Q4_K
+                | GgmlType::Q5_K
+                | GgmlType::Q6_K
+        ),
+        _ => true,
+    }
 }
 
 /// NMSE of the fused dots of every row of random `[2, 24, k]` weights, at
@@ -224,7 +237,8 @@ fn dot_row_rejects_bad_rows() {
 #[ignore]
 fn bench_dot_row() {
     let names = std::env::var("DOT_BENCH_FORMATS").unwrap_or_else(|_| {
-        "q4_0,q4_1,q5_0,q5_1,q8_0,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,mxfp4,affine2,affine3,affine4,affine4-g32,\
+        "q4_0,q4_1,q5_0,q5_1,q8_0,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,mxfp4,iq2_xxs,iq3_s,\
+         iq1_m,tq2_0,affine2,affine3,affine4,affine4-g32,\
          affine4-g128,affine5,affine6,affine8,affine8-g32,affine8-g128,f16,bf16,f32"
             .into()
     });

@@ -432,20 +432,21 @@ fn dense_and_out_of_range_blocks_are_errors() {
 
 #[test]
 fn unsupported_types_and_architectures_are_named() {
-    // iq3_s has q3_k's block size and bytes: only the type id changes.
-    let mut b = read_bytes("qwen3moe_kquant");
-    let at = type_id_offset(&b, "blk.0.ffn_up_exps.weight");
-    assert_eq!(b[at..at + 4], 11u32.to_le_bytes(), "q3_k");
-    b[at..at + 4].copy_from_slice(&21u32.to_le_bytes());
+    // nvfp4 (not supported yet) takes fewer bytes than the q8_0 it relabels,
+    // so the file stays valid.
+    let mut b = read_bytes("glm4moe_q8_0");
+    let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
+    assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
+    b[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
     let ck = parse(b).unwrap();
-    let e = ck.moe_block(0, &|_, _| {}).unwrap_err().to_string();
+    let e = ck.moe_block(1, &|_, _| {}).unwrap_err().to_string();
     assert!(
-        e.contains("blk.0.ffn_up_exps.weight")
-            && e.contains("iq3_s")
+        e.contains("blk.1.ffn_up_exps.weight")
+            && e.contains("nvfp4")
             && e.contains("in-memory.gguf"),
         "{e}"
     );
-    assert!(ck.tensors().iter().any(|t| t.format == "iq3_s"));
+    assert!(ck.tensors().iter().any(|t| t.format == "nvfp4"));
 
     let mut b = read_bytes("olmoe_q5");
     assert!(replace_all(&mut b, b"olmoe", b"olmoz") > 1);

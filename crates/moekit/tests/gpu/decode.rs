@@ -183,6 +183,8 @@ fn decode_keeps_mixed_format_layers() {
         ("q3_k", "q5_k"),
         ("iq4_xs", "mxfp4"),
         ("mxfp4", "iq4_nl"),
+        ("iq2_xxs", "iq1_m"),
+        ("iq3_s", "tq1_0"),
     ] {
         let (fg, fd) = (
             WeightFormat::parse(g).unwrap(),

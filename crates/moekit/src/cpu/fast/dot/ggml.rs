@@ -1,7 +1,7 @@
 //! The fused kernels of the GGUF types: the 32-weight blocks in
 //! [`legacy`](super::legacy), the K-quants in [`kquant`](super::kquant).
-//! The table-based types (IQ4_NL, IQ4_XS, MXFP4) have none yet: their rows
-//! are decoded, then dotted ([`Decode`]).
+//! The table, grid and ternary types (IQ*, MXFP4, TQ*) have none yet: their
+//! rows are decoded, then dotted ([`Decode`]).
 
 use super::{kquant, legacy, run, Decode, RowKernel, Run, Simd, XSums};
 use crate::format::ggml::blocks::{
@@ -25,7 +25,18 @@ pub(super) fn run_for<V: Simd>(t: GgmlType) -> Run {
         GgmlType::Q4_K => run::<KQuant<BlockQ4_K>, V>,
         GgmlType::Q5_K => run::<KQuant<BlockQ5_K>, V>,
         GgmlType::Q6_K => run::<KQuant<BlockQ6_K>, V>,
-        GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 => run::<Decode, V>,
+        GgmlType::IQ4_NL
+        | GgmlType::IQ4_XS
+        | GgmlType::MXFP4
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M
+        | GgmlType::TQ1_0
+        | GgmlType::TQ2_0 => run::<Decode, V>,
     }
 }
 
