@@ -37,27 +37,25 @@ fn cases() -> Vec<(WeightFormat, DType)> {
     v
 }
 
-/// Formats with a fused kernel: not mlx-native u8 codes, and of the GGUF
-/// types only the legacy 32-weight blocks and the K-quants (the IQ*, MXFP4
-/// and TQ* rows are decoded, then dotted).
+/// Formats with a fused kernel: all but mlx-native u8 codes and the GGUF
+/// grid and ternary types (IQ1–IQ3, TQ*), whose rows are decoded, then
+/// dotted.
 fn has_fused_kernel(f: WeightFormat) -> bool {
-    match f {
-        WeightFormat::AffineU8 { .. } => false,
-        WeightFormat::Ggml(t) => matches!(
-            t,
-            GgmlType::Q4_0
-                | GgmlType::Q4_1
-                | GgmlType::Q5_0
-                | GgmlType::Q5_1
-                | GgmlType::Q8_0
-                | GgmlType::Q2_K
-                | GgmlType::Q3_K
-                | GgmlType::Q4_K
-                | GgmlType::Q5_K
-                | GgmlType::Q6_K
-        ),
-        _ => true,
-    }
+    !matches!(
+        f,
+        WeightFormat::AffineU8 { .. }
+            | WeightFormat::Ggml(
+                GgmlType::IQ2_XXS
+                    | GgmlType::IQ2_XS
+                    | GgmlType::IQ2_S
+                    | GgmlType::IQ3_XXS
+                    | GgmlType::IQ3_S
+                    | GgmlType::IQ1_S
+                    | GgmlType::IQ1_M
+                    | GgmlType::TQ1_0
+                    | GgmlType::TQ2_0
+            )
+    )
 }
 
 /// NMSE of the fused dots of every row of random `[2, 24, k]` weights, at
