@@ -12,8 +12,8 @@
 //! * [`dequantize_row`] decodes a row of whole blocks, bit-identical in f32 to
 //!   gguf-py's `gguf.quants.dequantize` (and so to ggml's `dequantize_row_*`).
 //! * [`quantize_row`] is the reference quantizer of Q4_0 … Q8_0,
-//!   byte-identical to `gguf.quants.quantize` (the K-types and table types are
-//!   not supported).
+//!   byte-identical to `gguf.quants.quantize` (the other types are not
+//!   supported).
 //! * [`random_blocks`] makes valid random blocks for benchmarks and tests.
 //!
 //! Internally every public function dispatches once on the type
@@ -247,7 +247,9 @@ fn check_lengths(
         n_values % bs == 0,
         op,
         values_arg,
-        format!("a length that is a multiple of {bs} (the {ty} block size)"),
+        // format_args!: the message is built only on failure (this runs for
+        // every row the CPU paths decode).
+        format_args!("a length that is a multiple of {bs} (the {ty} block size)"),
         n_values,
     )?;
     let n_blocks = n_values / bs;
@@ -256,7 +258,7 @@ fn check_lengths(
         n_bytes == want,
         op,
         bytes_arg,
-        format!("{want} bytes ({n_blocks} blocks of {ty} for {n_values} values)"),
+        format_args!("{want} bytes ({n_blocks} blocks of {ty} for {n_values} values)"),
         n_bytes,
     )
 }
