@@ -147,19 +147,22 @@ fn le16(b: &[u8], at: usize) -> u32 {
 
 /// `out[j] = ±(scale·byte j of entry)` for the entry's bytes, sign bit j of
 /// `signs` set = negative.
+/// The sign flip is an XOR of the sign bit (exact, no branch).
 #[inline(always)]
 fn signed_entry(entry: u64, signs: u8, scale: f32, out: &mut [f32]) {
-    for (j, o) in out.iter_mut().enumerate() {
-        let v = scale * f32::from((entry >> (8 * j)) as u8);
-        *o = if signs & (1 << j) != 0 { -v } else { v };
+    let bytes = entry.to_le_bytes();
+    for (j, (o, &b)) in out.iter_mut().zip(&bytes).enumerate() {
+        let v = scale * f32::from(b);
+        let flip = u32::from((signs >> j) & 1) << 31;
+        *o = f32::from_bits(v.to_bits() ^ flip);
     }
 }
 
 /// `out[j] = scale·(grid byte j (int8) + delta)`: the IQ1 weights.
 #[inline(always)]
 fn iq1_entry(entry: u64, delta: f32, scale: f32, out: &mut [f32]) {
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = scale * (f32::from((entry >> (8 * j)) as u8 as i8) + delta);
+    for (o, &b) in out.iter_mut().zip(&entry.to_le_bytes()) {
+        *o = scale * (f32::from(b as i8) + delta);
     }
 }
 
