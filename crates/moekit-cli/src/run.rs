@@ -314,6 +314,26 @@ pub struct InspectArgs {
 }
 
 /// Prints what a checkpoint holds.
+/// Whether every MoE layer of a GGUF file loads (so `moekit run` can run
+/// it), or the first error, which names the tensor and its type when a
+/// weight type is what stops it. GGUF layers are views of the mapped file,
+/// so loading each one is cheap (legacy per-expert tensors interleaved in the
+/// file are the exception: they are copied, one projection at a time).
+/// Safetensors layers are not built here: Hugging Face per-expert tensors
+/// are stacked by copying, which for a large checkpoint reads all of it.
+fn runnable(ckpt: &dyn Checkpoint) -> String {
+    if ckpt.file_format() != "gguf" {
+        return "not checked for safetensors (`moekit run` loads one layer)".into();
+    }
+    let layers = &ckpt.summary().moe_layers;
+    for &l in layers {
+        if let Err(e) = ckpt.moe_block(l, &|_, _| {}) {
+            return format!("no: block {l}: {e}");
+        }
+    }
+    format!("yes (every MoE layer: {})", layers.len())
+}
+
 pub fn inspect(a: &InspectArgs) -> Result<(), AnyErr> {
     use std::io::Write;
     let ckpt: Box<dyn Checkpoint> = load::open(&a.path)?;
@@ -335,6 +355,7 @@ pub fn inspect(a: &InspectArgs) -> Result<(), AnyErr> {
         )?;
         writeln!(o, "router       {}", s.router)?;
         writeln!(o, "shared       {}", s.shared.as_deref().unwrap_or("none"))?;
+        writeln!(o, "runnable     {}", runnable(&*ckpt))?;
         let tensors = ckpt.tensors();
         let total: usize = tensors.iter().map(|t| t.bytes).sum();
         writeln!(

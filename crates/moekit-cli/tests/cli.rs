@@ -159,6 +159,51 @@ fn inspect_lists_every_fixture() {
     }
 }
 
+/// Byte offset of the ggml type id in the GGUF tensor info of `name`.
+fn type_id_offset(bytes: &[u8], name: &str) -> usize {
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_slice())
+        .expect("tensor info");
+    let dims_at = at + key.len();
+    let n_dims = u32::from_le_bytes(bytes[dims_at..dims_at + 4].try_into().unwrap()) as usize;
+    dims_at + 4 + 8 * n_dims
+}
+
+#[test]
+fn inspect_says_whether_the_moe_layers_run_and_names_what_stops_them() {
+    let iq = root().join("fixtures/gguf/qwen3moe_iq4_mxfp4.gguf");
+    let o = moekit(&["inspect", iq.to_str().unwrap()]);
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(s.contains("runnable     yes (every MoE layer: 1)"), "{s}");
+    for ty in ["iq4_nl", "iq4_xs", "mxfp4"] {
+        assert!(s.contains(&format!(" {ty} ")), "{ty}: {s}");
+    }
+
+    // q8_0 bytes relabelled nvfp4 (not supported yet; fewer bytes, so the
+    // file stays valid).
+    let mut b = std::fs::read(root().join("fixtures/gguf/glm4moe_q8_0.gguf")).unwrap();
+    let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
+    assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
+    b[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
+    let p = std::env::temp_dir().join(format!("moekit-cli-nvfp4-{}.gguf", std::process::id()));
+    std::fs::write(&p, &b).unwrap();
+    let o = moekit(&["inspect", p.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&p);
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = s.lines().find(|l| l.starts_with("runnable")).unwrap();
+    assert!(
+        line.contains("no: block 1")
+            && line.contains("blk.1.ffn_up_exps.weight")
+            && line.contains("nvfp4"),
+        "{line}"
+    );
+}
+
 #[test]
 fn bad_input_gives_clear_errors_and_nonzero_exit() {
     let g = root().join("fixtures/gguf/deepseek2_v3.gguf");

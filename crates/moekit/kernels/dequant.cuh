@@ -25,7 +25,10 @@
 // (checked on the host). Rows are whole storage units, so every unit (block,
 // 32-code pack) starts at a multiple of gcd(UNIT_BYTES, 16), and each field's
 // alignment is known at compile time (`align_at`), which picks the widest
-// load: 16-byte `uint4` where the layout allows, else 8, 4 or 2 bytes.
+// load: 16-byte `uint4` where the layout allows, else 8, 4, 2 or 1 bytes.
+//
+// The table-based GGUF formats (IQ4_NL, IQ4_XS, MXFP4) are in
+// dequant_iq.cuh, included at the end of this file.
 // Loads are plain (not __ldg): decoders also read rows staged in shared memory.
 #pragma once
 #include "moekit/common.cuh"
@@ -125,11 +128,15 @@ __device__ __forceinline__ void load_words(const u8* src, u32 (&w)[N / 4]) {
     const unsigned int* s = reinterpret_cast<const unsigned int*>(src);
 #pragma unroll
     for (int i = 0; i < N / 4; ++i) w[i] = s[i];
-  } else {
-    static_assert(A % 2 == 0, "blocks are 2-byte aligned");
+  } else if constexpr (A % 2 == 0) {
     const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
 #pragma unroll
     for (int i = 0; i < N / 4; ++i) w[i] = (u32)s[2 * i] | ((u32)s[2 * i + 1] << 16);
+  } else {
+    // Byte-aligned units (MXFP4's 17-byte blocks).
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i)
+      w[i] = (u32)src[4 * i] | ((u32)src[4 * i + 1] << 8) | ((u32)src[4 * i + 2] << 16) | ((u32)src[4 * i + 3] << 24);
   }
 }
 
@@ -584,3 +591,5 @@ struct FmtQ6_K : Codes<FmtQ6_K> {
 };
 
 }  // namespace moekit
+
+#include "moekit/dequant_iq.cuh"

@@ -12,6 +12,7 @@ mod common_util;
 use common_util::{nmse, rng};
 use moekit::cpu::{simd_level, SimdLevel};
 use moekit::format::random::random_weights;
+use moekit::format::GgmlType;
 use moekit::testing::cpu_fast::{dot_row, dot_rows, dot_rows_at, XSums};
 use moekit::testing::decoder;
 use moekit::{DType, QuantWeights, WeightFormat};
@@ -36,8 +37,25 @@ fn cases() -> Vec<(WeightFormat, DType)> {
     v
 }
 
+/// Formats with a fused kernel: all but mlx-native u8 codes and the GGUF
+/// grid and ternary types (IQ1–IQ3, TQ*), whose rows are decoded, then
+/// dotted.
 fn has_fused_kernel(f: WeightFormat) -> bool {
-    !matches!(f, WeightFormat::AffineU8 { .. })
+    !matches!(
+        f,
+        WeightFormat::AffineU8 { .. }
+            | WeightFormat::Ggml(
+                GgmlType::IQ2_XXS
+                    | GgmlType::IQ2_XS
+                    | GgmlType::IQ2_S
+                    | GgmlType::IQ3_XXS
+                    | GgmlType::IQ3_S
+                    | GgmlType::IQ1_S
+                    | GgmlType::IQ1_M
+                    | GgmlType::TQ1_0
+                    | GgmlType::TQ2_0
+            )
+    )
 }
 
 /// NMSE of the fused dots of every row of random `[2, 24, k]` weights, at
@@ -217,7 +235,8 @@ fn dot_row_rejects_bad_rows() {
 #[ignore]
 fn bench_dot_row() {
     let names = std::env::var("DOT_BENCH_FORMATS").unwrap_or_else(|_| {
-        "q4_0,q4_1,q5_0,q5_1,q8_0,q2_k,q3_k,q4_k,q5_k,q6_k,affine2,affine3,affine4,affine4-g32,\
+        "q4_0,q4_1,q5_0,q5_1,q8_0,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,mxfp4,iq2_xxs,iq3_s,\
+         iq1_m,tq2_0,affine2,affine3,affine4,affine4-g32,\
          affine4-g128,affine5,affine6,affine8,affine8-g32,affine8-g128,f16,bf16,f32"
             .into()
     });

@@ -432,20 +432,21 @@ fn dense_and_out_of_range_blocks_are_errors() {
 
 #[test]
 fn unsupported_types_and_architectures_are_named() {
-    // iq4_nl has q4_0's block size and bytes: only the type id changes.
-    let mut b = read_bytes("qwen2moe_q4_0");
-    let at = type_id_offset(&b, "blk.0.ffn_up_exps.weight");
-    assert_eq!(b[at..at + 4], 2u32.to_le_bytes(), "q4_0");
-    b[at..at + 4].copy_from_slice(&20u32.to_le_bytes());
+    // nvfp4 (not supported yet) takes fewer bytes than the q8_0 it relabels,
+    // so the file stays valid.
+    let mut b = read_bytes("glm4moe_q8_0");
+    let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
+    assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
+    b[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
     let ck = parse(b).unwrap();
-    let e = ck.moe_block(0, &|_, _| {}).unwrap_err().to_string();
+    let e = ck.moe_block(1, &|_, _| {}).unwrap_err().to_string();
     assert!(
-        e.contains("blk.0.ffn_up_exps.weight")
-            && e.contains("iq4_nl")
+        e.contains("blk.1.ffn_up_exps.weight")
+            && e.contains("nvfp4")
             && e.contains("in-memory.gguf"),
         "{e}"
     );
-    assert!(ck.tensors().iter().any(|t| t.format == "iq4_nl"));
+    assert!(ck.tensors().iter().any(|t| t.format == "nvfp4"));
 
     let mut b = read_bytes("olmoe_q5");
     assert!(replace_all(&mut b, b"olmoe", b"olmoz") > 1);
@@ -460,6 +461,33 @@ fn unsupported_types_and_architectures_are_named() {
     b[at + 4] = 1;
     let e = parse(b).unwrap_err().to_string();
     assert!(e.contains("softmax gating with 4 expert groups"), "{e}");
+}
+
+#[test]
+fn q4_0_bytes_read_as_iq4_nl_run_on_both_cpu_paths() {
+    // iq4_nl has q4_0's block size and bytes: only the type id changes, and
+    // the layer that refused it before issue 12 now runs.
+    let mut b = read_bytes("qwen2moe_q4_0");
+    let at = type_id_offset(&b, "blk.0.ffn_up_exps.weight");
+    assert_eq!(b[at..at + 4], 2u32.to_le_bytes(), "q4_0");
+    b[at..at + 4].copy_from_slice(&20u32.to_le_bytes());
+    let ck = parse(b).unwrap();
+    let block = ck.moe_block(0, &|_, _| {}).unwrap();
+    let moekit::ops::act::GateUp::Separate { up, .. } = &block.parts().gate_up else {
+        panic!("separate gate and up");
+    };
+    assert_eq!(up.format().to_string(), "iq4_nl");
+    let x = input("qwen2moe_q4_0");
+    let run = |backend| {
+        let out = block.forward_on(backend, &x).unwrap().out;
+        out.to_f32_vec().unwrap()
+    };
+    let (refr, fast) = (run(Backend::CpuReference), run(Backend::CpuFast));
+    assert!(refr.iter().all(|v| v.is_finite()));
+    let e = nmse(&fast, &refr);
+    assert!(e <= NMSE_MAX, "fast vs reference: NMSE {e:e}");
+    // Different weights than the q4_0 file's, so a different output.
+    assert!(nmse(&refr, &reference("qwen2moe_q4_0", 0)) > 1e-3);
 }
 
 /// Loads `bytes` completely (summary, listing, every MoE block, a forward

@@ -42,6 +42,8 @@ macro_rules! header {
 pub static HEADERS: &[Source] = &[
     header!("common.cuh"),
     header!("dequant.cuh"),
+    header!("dequant_iq.cuh"),
+    header!("iq_grids.cuh"),
     header!("pipe.cuh"),
     header!("tc_decode.cuh"),
     header!("tc_decode_gguf.cuh"),

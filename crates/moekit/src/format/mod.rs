@@ -3,7 +3,8 @@
 //! * [`affine`]: MLX affine quantization (`mx.quantize`): 2/3/4/5/6/8 bits,
 //!   group size 32/64/128, codes packed LSB-first into `u32` along K, per-group
 //!   scale and bias; plus mlx-native's unpacked `u8` code layout.
-//! * [`ggml`]: GGUF block quantization (Q4_0 … Q6_K) with `#[repr(C)]` blocks.
+//! * [`ggml`]: GGUF block quantization (Q4_0 … Q6_K, IQ4_NL, IQ4_XS, MXFP4,
+//!   the IQ1–IQ3 grid types, TQ1_0, TQ2_0) with `#[repr(C)]` blocks.
 //! * Dense f32/f16/bf16.
 //!
 //! [`QuantWeights`] holds one weight matrix per expert (`[E, N, K]`, N output
@@ -53,6 +54,7 @@ pub enum WeightFormat {
 
 impl WeightFormat {
     /// Parses a command-line name: `f32`, `f16`, `bf16`, `q4_0` … `q6_k`,
+    /// `iq4_nl`, `iq4_xs`, `mxfp4`, `iq2_xxs` … `iq1_m`, `tq1_0`, `tq2_0`,
     /// `affine4` (group 64) or `affine4-g32`, `affine-u8-g64`.
     pub fn parse(s: &str) -> Result<WeightFormat> {
         let l = s.to_ascii_lowercase();
@@ -66,7 +68,7 @@ impl WeightFormat {
             invalid(
                 "format",
                 "format",
-                "f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k..q6_k|affine<bits>[-g<group>]|affine-u8[-g<group>]",
+                "f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k..q6_k|iq4_nl|iq4_xs|mxfp4|iq2_xxs|iq2_xs|iq2_s|iq3_xxs|iq3_s|iq1_s|iq1_m|tq1_0|tq2_0|affine<bits>[-g<group>]|affine-u8[-g<group>]",
                 s,
             )
         };

@@ -181,6 +181,10 @@ fn decode_keeps_mixed_format_layers() {
         ("q4_k", "q8_0"),
         ("affine4", "affine8"),
         ("q3_k", "q5_k"),
+        ("iq4_xs", "mxfp4"),
+        ("mxfp4", "iq4_nl"),
+        ("iq2_xxs", "iq1_m"),
+        ("iq3_s", "tq1_0"),
     ] {
         let (fg, fd) = (
             WeightFormat::parse(g).unwrap(),

@@ -96,6 +96,18 @@ pub fn format_type(format: WeightFormat, scale_dtype: DType) -> Result<String> {
                 GgmlType::Q4_K => "Q4_K",
                 GgmlType::Q5_K => "Q5_K",
                 GgmlType::Q6_K => "Q6_K",
+                GgmlType::IQ4_NL => "IQ4_NL",
+                GgmlType::IQ4_XS => "IQ4_XS",
+                GgmlType::MXFP4 => "MXFP4",
+                GgmlType::IQ2_XXS => "IQ2_XXS",
+                GgmlType::IQ2_XS => "IQ2_XS",
+                GgmlType::IQ2_S => "IQ2_S",
+                GgmlType::IQ3_XXS => "IQ3_XXS",
+                GgmlType::IQ3_S => "IQ3_S",
+                GgmlType::IQ1_S => "IQ1_S",
+                GgmlType::IQ1_M => "IQ1_M",
+                GgmlType::TQ1_0 => "TQ1_0",
+                GgmlType::TQ2_0 => "TQ2_0",
             };
             format!("moekit::Fmt{name}")
         }

@@ -1,9 +1,12 @@
 //! `#[repr(C)]` GGUF blocks, laid out exactly as llama.cpp's `ggml-common.h`,
 //! and their dequantization.
 //!
-//! Every block is `Pod` (no padding: all sizes are even and the only wider
-//! field is the 2-byte `f16`), so a byte row can be viewed as `&[Block]` when
-//! it is 2-aligned and read block by block otherwise.
+//! Every block is `Pod` (no padding: the only wider field is the 2-byte
+//! `f16`, and every block holding one has an even size), so a byte row can be
+//! viewed as `&[Block]` when it is aligned (2 bytes; 1 for MXFP4 and IQ1_M)
+//! and is read block by block otherwise. The table-based blocks (IQ4_NL,
+//! IQ4_XS, MXFP4) are in [`super::nonlinear`], the grid i-quants in
+//! [`super::iquant`], the ternary ones in [`super::ternary`].
 //!
 //! Dequantization follows `dequantize_row_*` of ggml-quants.c (and gguf-py's
 //! `gguf.quants`) operation for operation, so results are bit-identical in
@@ -183,8 +186,9 @@ pub(crate) trait Block: Pod {
     /// elements (any other length writes nothing; never panics).
     fn dequantize(&self, out: &mut [f32]);
 
-    /// Overwrites the f16 scale fields with finite random values chosen so the
-    /// weights are O(0.01–0.1); code bytes are left as they are.
+    /// Overwrites the scale fields (f16, or MXFP4's e8m0 byte) with finite
+    /// random values chosen so the weights are O(0.01–0.1); code bytes are
+    /// left as they are.
     fn randomize_scales(&mut self, rng: &mut StdRng);
 
     /// Quantizes `block_size` values (gguf-py / `quantize_row_*_ref`). Only
@@ -196,7 +200,7 @@ pub(crate) trait Block: Pod {
 
 /// A random finite f16 scale, log-uniform so that `scale · max_product` lies
 /// in [0.01, 0.1]; negative with probability ½ when `signed`.
-fn random_scale(rng: &mut StdRng, max_product: f32, signed: bool) -> f16 {
+pub(crate) fn random_scale(rng: &mut StdRng, max_product: f32, signed: bool) -> f16 {
     let (lo, hi) = (0.01 / max_product, 0.1 / max_product);
     let mag = lo * (hi / lo).powf(rng.random::<f32>());
     let sign = if signed && rng.random::<bool>() {

@@ -6,7 +6,7 @@
 use super::arch::{bad, router_config, shared_tensors, unsupported, Family};
 use super::file::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
-use crate::format::{QuantWeights, WeightFormat};
+use crate::format::{GgmlType, QuantWeights, WeightFormat};
 use crate::moe::{MoeBlock, MoeBlockParts, SharedExpert};
 use crate::ops::act::GateUp;
 use crate::tensor::{Bytes, Tensor};
@@ -51,7 +51,17 @@ fn check_dims(file: &GgufFile, t: &TensorInfo, want: [usize; 3]) -> Result<()> {
 
 fn format_of(file: &GgufFile, t: &TensorInfo) -> Result<WeightFormat> {
     t.ty.weight_format().ok_or_else(|| {
-        unsupported(file, format!("tensor `{}` has type {}, which moekit cannot run (supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k … q6_k)", t.name, t.ty.name))
+        let names: Vec<&str> = GgmlType::ALL.iter().map(|g| g.name()).collect();
+        unsupported(
+            file,
+            format!(
+                "tensor `{}` has type {} (ggml type {}), which moekit cannot run (supported: f32, f16, bf16, {})",
+                t.name,
+                t.ty.name,
+                t.ty.id,
+                names.join(", ")
+            ),
+        )
     })
 }
 

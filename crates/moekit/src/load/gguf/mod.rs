@@ -34,7 +34,7 @@
 //! selection bias `blk.N.exp_probs_b.bias` are read per architecture; routing
 //! follows llama.cpp's `build_moe_ffn` (the table and its few documented
 //! divergences are in [`arch`]). All other weights are zero-copy views of the
-//! map, in f32, f16, bf16 or a GGML block type; other types (IQ*, …) are
+//! map, in f32, f16, bf16 or a GGML block type; other types (NVFP4, Q8_K, …) are
 //! an error naming the tensor and type.
 
 pub mod arch;

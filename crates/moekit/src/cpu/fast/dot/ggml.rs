@@ -1,11 +1,16 @@
 //! The fused kernels of the GGUF types: the 32-weight blocks in
 //! [`legacy`](super::legacy), the K-quants in [`kquant`](super::kquant).
+//! IQ4_NL and MXFP4 are 32-weight blocks with table-coded weights, IQ4_XS
+//! a K-quant-like super-block; the grid and ternary types (IQ1–IQ3, TQ*)
+//! have no fused kernel yet: their rows are decoded, then dotted
+//! ([`Decode`]).
 
-use super::{kquant, legacy, run, RowKernel, Run, Simd, XSums};
+use super::{kquant, legacy, run, Decode, RowKernel, Run, Simd, XSums};
 use crate::format::ggml::blocks::{
     Block, BlockQ2_K, BlockQ3_K, BlockQ4_0, BlockQ4_1, BlockQ4_K, BlockQ5_0, BlockQ5_1, BlockQ5_K,
     BlockQ6_K, BlockQ8_0,
 };
+use crate::format::ggml::nonlinear::{BlockIQ4_NL, BlockIQ4_XS, BlockMXFP4};
 use crate::format::ggml::GgmlType;
 use crate::format::RawRow;
 use std::marker::PhantomData;
@@ -23,6 +28,18 @@ pub(super) fn run_for<V: Simd>(t: GgmlType) -> Run {
         GgmlType::Q4_K => run::<KQuant<BlockQ4_K>, V>,
         GgmlType::Q5_K => run::<KQuant<BlockQ5_K>, V>,
         GgmlType::Q6_K => run::<KQuant<BlockQ6_K>, V>,
+        GgmlType::IQ4_NL => run::<Legacy<BlockIQ4_NL>, V>,
+        GgmlType::MXFP4 => run::<Legacy<BlockMXFP4>, V>,
+        GgmlType::IQ4_XS => run::<KQuant<BlockIQ4_XS>, V>,
+        GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M
+        | GgmlType::TQ1_0
+        | GgmlType::TQ2_0 => run::<Decode, V>,
     }
 }
 

@@ -1,4 +1,5 @@
-//! Fused dot kernels of the GGUF K-quant super-blocks (Q2_K … Q6_K).
+//! Fused dot kernels of the GGUF K-quant super-blocks (Q2_K … Q6_K) and of
+//! IQ4_XS (K-quant-like groups of 32 with table-coded weights).
 //!
 //! A row is viewed as `&[Block]` (the blocks are 2-aligned `Pod` structs; an
 //! unaligned row falls back to decode-then-dot). Each super-block unpacks its
@@ -9,11 +10,13 @@
 //! block sums of `x`. The super-block scales `d`, `dmin` are often subnormal
 //! f16, so they are widened without branches.
 
+use super::legacy::{table_codes, IQ4NL_F32};
 use super::simd::{whole, F8Ops, Simd, U8Ops};
 use super::{arr, f16_to_f32, XSums};
 use crate::format::ggml::blocks::{
     q3k_scales, BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, QK_K,
 };
+use crate::format::ggml::nonlinear::{iq4xs_scale, BlockIQ4_XS};
 use bytemuck::Pod;
 
 /// A row's running sums: scaled products by lane, in two pairs of
@@ -317,6 +320,27 @@ impl SuperBlock for BlockQ6_K {
                     acc.add(s, (*sc.first()?, *sc.last()?), halves(q, xs));
                 }
             }
+        }
+        Some(())
+    }
+}
+
+/// IQ4_XS: 8 groups of 32 weights `d·(ls − 32)·kvalues_iq4nl[q]`, two
+/// groups (one `qs` pair of 16-byte runs) a step.
+impl SuperBlock for BlockIQ4_XS {
+    const SUM: usize = 32;
+    #[inline(always)]
+    fn dot<V: Simd>(&self, x: &[f32], _: &[f32], acc: &mut Accum<V>) -> Option<()> {
+        let x: &[f32; QK_K] = arr(x)?;
+        let d = f16_to_f32(self.d, true);
+        for (c, (q32, x64)) in self.qs.chunks_exact(32).zip(x.chunks_exact(64)).enumerate() {
+            let (q0, q1) = q32.split_at(16);
+            let (x0, x1) = x64.split_at(32);
+            let s0 = d * iq4xs_scale(self, 2 * c) as f32;
+            let s1 = d * iq4xs_scale(self, 2 * c + 1) as f32;
+            let lo = whole(table_codes::<V>(arr(q0)?, &IQ4NL_F32), arr(x0)?);
+            let hi = whole(table_codes::<V>(arr(q1)?, &IQ4NL_F32), arr(x1)?);
+            acc.add(c, (s0, s1), (lo, hi));
         }
         Some(())
     }

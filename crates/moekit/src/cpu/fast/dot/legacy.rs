@@ -1,5 +1,5 @@
 //! Fused dot kernels of the 32-weight GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1,
-//! Q8_0).
+//! Q8_0, and the table-coded IQ4_NL and MXFP4).
 //!
 //! A row is viewed as `&[Block]` (the blocks are 2-aligned `Pod` structs; an
 //! unaligned row falls back to decode-then-dot). Each block widens its scale
@@ -12,6 +12,9 @@
 use super::simd::{whole, F8Ops, Simd, U8Ops};
 use super::{arr, XSums, L};
 use crate::format::ggml::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+use crate::format::ggml::nonlinear::{
+    e8m0_to_f32_half, BlockIQ4_NL, BlockMXFP4, KVALUES_IQ4NL, KVALUES_MXFP4,
+};
 use bytemuck::Pod;
 
 /// A 32-weight block: weight `i` is `d·(q_i + OFFSET)`, or `d·q_i + m` for
@@ -158,5 +161,61 @@ impl Block32 for BlockQ8_0 {
             let b = self.qs.get(8 * i..8 * i + 8).and_then(arr);
             b.map_or(V::F8::zero(), |b| V::U8::signed_bytes(b).to_f32())
         })
+    }
+}
+
+/// A 16-entry code table as f32 (exact: the entries are small integers).
+const fn table_f32(t: &[i8; 16]) -> [f32; 16] {
+    let mut out = [0f32; 16];
+    let mut i = 0;
+    while i < 16 {
+        out[i] = t[i] as f32;
+        i += 1;
+    }
+    out
+}
+
+/// `kvalues_iq4nl` as f32.
+pub(super) const IQ4NL_F32: [f32; 16] = table_f32(&KVALUES_IQ4NL);
+/// `kvalues_mxfp4` as f32.
+const MXFP4_F32: [f32; 16] = table_f32(&KVALUES_MXFP4);
+
+/// The 32 table values of 16 nibble bytes (low nibbles are weights 0..16,
+/// high nibbles 16..32), looked up 8 lanes at a time ([`U8Ops::lookup16`]).
+/// (Written out: an array `map` with a closure was left out of line in the
+/// IQ4_XS kernel, its intrinsics compiled as calls, 60× slower.)
+#[inline(always)]
+pub(super) fn table_codes<V: Simd>(qs: &[u8; 16], table: &[f32; 16]) -> [V::F8; 4] {
+    let (b0, b1) = qs.split_at(8);
+    let v0 = arr(b0).map_or(V::U8::splat(0), V::U8::bytes);
+    let v1 = arr(b1).map_or(V::U8::splat(0), V::U8::bytes);
+    [
+        v0.and(15).lookup16(table),
+        v1.and(15).lookup16(table),
+        v0.shr(4).lookup16(table),
+        v1.shr(4).lookup16(table),
+    ]
+}
+
+impl Block32 for BlockIQ4_NL {
+    const OFFSET: f32 = 0.0;
+    const HAS_MIN: bool = false;
+    #[inline(always)]
+    fn codes<V: Simd>(&self) -> [V::F8; 4] {
+        table_codes::<V>(&self.qs, &IQ4NL_F32)
+    }
+}
+
+impl Block32 for BlockMXFP4 {
+    const OFFSET: f32 = 0.0;
+    const HAS_MIN: bool = false;
+    /// The e8m0 scale halved (the table holds the e2m1 values doubled).
+    #[inline(always)]
+    fn dm<V: Simd>(&self) -> (f32, f32) {
+        (e8m0_to_f32_half(self.e), 0.0)
+    }
+    #[inline(always)]
+    fn codes<V: Simd>(&self) -> [V::F8; 4] {
+        table_codes::<V>(&self.qs, &MXFP4_F32)
     }
 }

@@ -25,8 +25,9 @@
 //! features); [`dot_rows`] picks the level once per call
 //! ([`simd_level`], detected once per process), [`dot_rows_at`] takes it
 //! as an argument.
-//! Formats without a fused kernel (mlx-native u8 codes, rows whose bytes are
-//! not 2-aligned) decode into a scratch row and use
+//! Formats without a fused kernel (mlx-native u8 codes, the GGUF IQ1–IQ3
+//! grid and TQ* ternary types, rows whose bytes are not 2-aligned)
+//! decode into a scratch row and use
 //! [`dot`](super::gather_mm::dot).
 
 mod affine;
@@ -347,7 +348,7 @@ fn run<K: RowKernel, V: Simd>(
 }
 
 /// Formats without a fused kernel: decode each row, then dot.
-struct Decode;
+pub(super) struct Decode;
 
 impl RowKernel for Decode {
     #[inline(always)]

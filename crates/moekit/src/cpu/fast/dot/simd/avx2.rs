@@ -206,4 +206,19 @@ impl U8Ops for U8 {
         // SAFETY: as in `from_u64`.
         F8(unsafe { _mm256_cvtepi32_ps(self.0) })
     }
+
+    /// Two 8-entry permutes (`vpermps`, index bits 0–2) of the table's
+    /// halves, blended on index bit 3 (moved to the sign bit).
+    #[inline(always)]
+    fn lookup16(self, table: &[f32; 16]) -> F8 {
+        // SAFETY: `table` is 16 readable f32 (two unaligned 8-lane loads);
+        // the level was detected (module doc).
+        F8(unsafe {
+            let lo = _mm256_loadu_ps(table.as_ptr());
+            let hi = _mm256_loadu_ps(table.as_ptr().add(8));
+            let a = _mm256_permutevar8x32_ps(lo, self.0);
+            let b = _mm256_permutevar8x32_ps(hi, self.0);
+            _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(self.0, 28)))
+        })
+    }
 }

@@ -77,6 +77,9 @@ pub(super) trait U8Ops: Copy {
     fn shr_by_lane(self) -> Self;
     /// The lanes as i32, converted to f32 (exact below 2²⁴).
     fn to_f32(self) -> Self::F8;
+    /// `table[lane]` for lanes below 16 (the non-linear 4-bit codes of
+    /// IQ4_NL, IQ4_XS, MXFP4); higher bits of a lane are ignored.
+    fn lookup16(self, table: &[f32; 16]) -> Self::F8;
 }
 
 /// A level of the kernels: its vectors, its scalar multiply-add, and the

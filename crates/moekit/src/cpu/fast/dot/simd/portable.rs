@@ -161,4 +161,9 @@ impl U8Ops for U8 {
     fn to_f32(self) -> F8 {
         F8(self.0.map(|v| v as i32 as f32))
     }
+
+    #[inline(always)]
+    fn lookup16(self, table: &[f32; 16]) -> F8 {
+        F8(self.0.map(|v| table[(v & 15) as usize]))
+    }
 }

@@ -1,0 +1,69 @@
+// Runs each GGUF format's CUDA decoder (F::dequant of dequant.cuh /
+// dequant_iq.cuh, compiled for the host against common_shim.cuh) over the
+// committed fixtures/ggml/NAME_blocks.npy and compares every weight with
+// gguf-py's NAME_deq.npy (== on floats: the decoders add a +0 offset, so a
+// -0 of gguf-py may come back +0). Row data is 16-byte aligned, as the
+// kernels require of every weight tensor. See scripts/check_decoders_on_host.sh.
+#include "moekit/dequant.cuh"
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+static std::vector<unsigned char> npy_data(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<unsigned char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (b.size() < 10 || b[6] != 1) return {};
+  const size_t header = 10 + (size_t)(b[8] | (b[9] << 8));
+  return std::vector<unsigned char>(b.begin() + (long)header, b.end());
+}
+
+template <typename F>
+static int check(const char* dir, const char* name, int block_w) {
+  const auto blocks = npy_data(std::string(dir) + "/" + name + "_blocks.npy");
+  const auto deq = npy_data(std::string(dir) + "/" + name + "_deq.npy");
+  const size_t n_blocks = blocks.size() / F::UNIT_BYTES;
+  if (blocks.empty() || blocks.size() % F::UNIT_BYTES || deq.size() != 4 * n_blocks * block_w) {
+    std::printf("%-8s bad fixture sizes\n", name);
+    return 1;
+  }
+  std::vector<uint4> aligned((blocks.size() + 15) / 16);
+  std::memcpy(aligned.data(), blocks.data(), blocks.size());
+  moekit::QRow r{reinterpret_cast<const moekit::u8*>(aligned.data()), nullptr, nullptr, (moekit::u32)(n_blocks * block_w), 0};
+  int bad = 0;
+  for (moekit::u32 c = 0; c < r.k / F::CHUNK; ++c) {
+    float out[F::CHUNK];
+    F::template dequant<F::CHUNK>(r, c, out);
+    for (int i = 0; i < F::CHUNK; ++i) {
+      float want;
+      std::memcpy(&want, deq.data() + 4 * (c * F::CHUNK + i), 4);
+      if (!(out[i] == want) && bad++ < 3) std::printf("%-8s weight %u: got %.9g want %.9g\n", name, c * F::CHUNK + i, out[i], want);
+    }
+  }
+  std::printf("%-8s %zu blocks: %s\n", name, n_blocks, bad ? "MISMATCH" : "ok");
+  return bad != 0;
+}
+
+int main(int argc, char** argv) {
+  const char* dir = argc > 1 ? argv[1] : "fixtures/ggml";
+  using namespace moekit;
+  int fails = 0;
+  fails += check<FmtQ4_0>(dir, "q4_0", 32);
+  fails += check<FmtQ4_K>(dir, "q4_k", 256);
+  fails += check<FmtQ6_K>(dir, "q6_k", 256);
+  fails += check<FmtIQ4_NL>(dir, "iq4_nl", 32);
+  fails += check<FmtIQ4_XS>(dir, "iq4_xs", 256);
+  fails += check<FmtMXFP4>(dir, "mxfp4", 32);
+  fails += check<FmtIQ2_XXS>(dir, "iq2_xxs", 256);
+  fails += check<FmtIQ2_XS>(dir, "iq2_xs", 256);
+  fails += check<FmtIQ2_S>(dir, "iq2_s", 256);
+  fails += check<FmtIQ3_XXS>(dir, "iq3_xxs", 256);
+  fails += check<FmtIQ3_S>(dir, "iq3_s", 256);
+  fails += check<FmtIQ1_S>(dir, "iq1_s", 256);
+  fails += check<FmtIQ1_M>(dir, "iq1_m", 256);
+  fails += check<FmtTQ1_0>(dir, "tq1_0", 256);
+  fails += check<FmtTQ2_0>(dir, "tq2_0", 256);
+  return fails ? 1 : 0;
+}
