@@ -288,7 +288,7 @@ unsafe fn dequant_row_avx2<const BITS: u32, S: Float>(
     dequant_row_impl::<BITS, true, S>(group_size, packed, scales, biases, out)
 }
 
-/// Runs the best [`dequant_row_impl`] for this CPU: AVX2 at the AVX2 level
+/// Runs the best [`dequant_row_impl`] for this CPU: AVX2 at the AVX2 levels
 /// (the process's [`simd_level`](crate::cpu::simd_level), detected once),
 /// else the build's own target features. Kept out of line: one function per
 /// bit width and scale type is what the vectorizer handles well (inlined all
@@ -303,9 +303,9 @@ fn dequant_row_dispatch<const BITS: u32, S: Float>(
 ) {
     const AVX2_BUILD: bool = cfg!(target_feature = "avx2");
     #[cfg(target_arch = "x86_64")]
-    if crate::cpu::simd_level() == crate::cpu::SimdLevel::Avx2 {
-        // SAFETY: `simd_level` picks `Avx2` only where AVX2, FMA and F16C
-        // were detected at run time.
+    if crate::cpu::simd_level().has_avx2() {
+        // SAFETY: `simd_level` picks a level with AVX2 only where AVX2, FMA
+        // and F16C were detected at run time.
         unsafe { dequant_row_avx2::<BITS, S>(group_size, packed, scales, biases, out) };
         return;
     }

@@ -201,6 +201,21 @@ impl<'a> RowDecoder<'a> {
         })
     }
 
+    /// The stored bytes of rows `n0..n0 + n` of expert `e` of GGUF weights
+    /// (contiguous: `n` rows of `K/block·type_size` bytes each); `None` for
+    /// other formats or rows out of range.
+    pub fn ggml_rows(&self, e: usize, n0: usize, n: usize) -> Option<(GgmlType, &'a [u8])> {
+        let DecoderKind::Ggml(t, d) = self.kind else {
+            return None;
+        };
+        if n0.checked_add(n)? > self.rows || e.checked_mul(self.rows)? >= self.total_rows {
+            return None;
+        }
+        let row = self.cols / t.block_size() * t.type_size();
+        let start = (e * self.rows + n0).checked_mul(row)?;
+        Some((t, d.get(start..start.checked_add(n.checked_mul(row)?)?)?))
+    }
+
     /// Writes row `n` of expert `e`, dequantized, into `out` (`len == K`).
     pub fn decode(&self, e: usize, n: usize, out: &mut [f32]) -> Result<()> {
         if out.len() != self.cols {

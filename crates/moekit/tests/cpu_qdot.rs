@@ -1,0 +1,470 @@
+//! The integer dot kernels of quantized activations (`cpu::fast::qdot`):
+//!
+//! - every level this CPU supports (portable, AVX2, AVX-VNNI, AVX512-VNNI)
+//!   equals, bit for bit, a scalar reference of the same quantized maths
+//!   written here from the module's definition (integer lanes of 4 codes,
+//!   `A[b % 2] += (w_scale·d_x)·f32(lanes)`, fixed final sum);
+//! - the quantized path is within NMSE 1e-4 of the f32 path (f64 dots of
+//!   the decoded rows with the unquantized activations);
+//! - the activation quantizer's codes and scales, and rejections.
+
+mod common_util;
+use common_util::{nmse, rng};
+use half::f16;
+use moekit::cpu::{simd_level, SimdLevel};
+use moekit::format::random::random_weights;
+use moekit::format::GgmlType;
+use moekit::testing::cpu_fast::{kind_of, qdot_rows, QRow};
+use moekit::testing::{decoder, RawRow};
+use moekit::{DType, WeightFormat};
+use rand::Rng;
+
+/// The formats with integer kernels.
+const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K];
+
+/// The quantized path vs the f32 one (llama.cpp's test-backend-ops bound
+/// for `mul_mat_id`), on rows without outliers.
+const NMSE_Q8: f64 = 1e-4;
+/// With 1% of the activations 20 times larger (an outlier sets its block's
+/// scale, coarsening the other codes of the block; measured ~1.2e-4).
+const NMSE_Q8_OUTLIERS: f64 = 3e-4;
+
+fn f16_at(b: &[u8]) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+}
+
+/// ggml's `get_scale_min_k4`, all 8 groups.
+fn scale_min_k4(q: &[u8]) -> [(i32, i32); 8] {
+    std::array::from_fn(|j| {
+        let (sc, m) = if j < 4 {
+            (q[j] & 63, q[j + 4] & 63)
+        } else {
+            (
+                (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+                (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+            )
+        };
+        (i32::from(sc), i32::from(m))
+    })
+}
+
+/// The scalar definition: lanes `L[j] = Σ_{k<4} w·y` over codes `4j..4j+4`
+/// of each 32 (times the group scale for Q4_K), `A[b % 2][j] +=
+/// s_b·f32(L[j])`, then `Σ_j (A0 + A1)` in a fixed tree, minus the mins.
+fn reference(t: GgmlType, row: &[u8], a: &QRow) -> f32 {
+    let (y, dx, sh) = (a.codes(), a.scales(), a.shifts());
+    let mut acc = [[0f32; 8]; 2];
+    let mut off = 0f32;
+    // Lanes of the 32 codes from `at`, each shifted by its lane's shift.
+    let lanes = |w: &[i32], at: usize| -> [i32; 8] {
+        std::array::from_fn(|j| {
+            let s: i32 = (0..4)
+                .map(|k| w[4 * j + k] * y[at + 4 * j + k] as i32)
+                .sum();
+            s << sh[at / 4 + j]
+        })
+    };
+    let bs = t.type_size();
+    for (b, blk) in row.chunks_exact(bs).enumerate() {
+        let (l, s) = match t {
+            GgmlType::Q4_0 => {
+                let w: Vec<i32> = (0..32)
+                    .map(|i| {
+                        let q = blk[2 + i % 16];
+                        i32::from(if i < 16 { q & 15 } else { q >> 4 }) - 8
+                    })
+                    .collect();
+                (lanes(&w, 32 * b), f16_at(blk) * dx[b])
+            }
+            GgmlType::Q8_0 => {
+                let w: Vec<i32> = (0..32).map(|i| i32::from(blk[2 + i] as i8)).collect();
+                (lanes(&w, 32 * b), f16_at(blk) * dx[b])
+            }
+            GgmlType::Q4_K => {
+                let sm = scale_min_k4(&blk[4..16]);
+                let mut l = [0i32; 8];
+                let mut summ = 0i32;
+                for (g, &(sc, m)) in sm.iter().enumerate() {
+                    let w: Vec<i32> = (0..32)
+                        .map(|i| i32::from((blk[16 + 32 * (g / 2) + i] >> (4 * (g % 2))) & 15))
+                        .collect();
+                    let at = 256 * b + 32 * g;
+                    for (l, lg) in l.iter_mut().zip(lanes(&w, at)) {
+                        *l += sc * lg;
+                    }
+                    summ += m
+                        * (0..32)
+                            .map(|i| i32::from(y[at + i]) << sh[(at + i) / 4])
+                            .sum::<i32>();
+                }
+                off += (f16_at(&blk[2..]) * dx[b]) * summ as f32;
+                (l, f16_at(blk) * dx[b])
+            }
+            _ => unreachable!(),
+        };
+        for (a, l) in acc[b % 2].iter_mut().zip(l) {
+            *a += s * l as f32;
+        }
+    }
+    let l: Vec<f32> = (0..8).map(|j| acc[0][j] + acc[1][j]).collect();
+    (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) - off
+}
+
+/// Activations with a nonzero mean (uniform in [−0.7, 1.3)), a fraction
+/// `outliers` of them 20 times larger.
+fn activations_with(k: usize, seed: u64, outliers: f32) -> Vec<f32> {
+    let mut r = rng(seed);
+    (0..k)
+        .map(|_| {
+            let v = r.random::<f32>() * 2.0 - 0.7;
+            if r.random::<f32>() < outliers {
+                v * 20.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+/// [`activations_with`] 1% outliers.
+fn activations(k: usize, seed: u64) -> Vec<f32> {
+    activations_with(k, seed, 0.01)
+}
+
+fn supported_levels() -> Vec<SimdLevel> {
+    SimdLevel::ALL
+        .into_iter()
+        .filter(|l| l.is_supported())
+        .collect()
+}
+
+#[test]
+fn every_level_equals_the_scalar_reference_bit_for_bit() {
+    let levels = supported_levels();
+    eprintln!("levels: {levels:?}");
+    for t in TYPES {
+        let kind = kind_of(t).unwrap();
+        for k in [256, 768, 2048, 2816] {
+            if k % t.block_size() != 0 {
+                continue;
+            }
+            let (e, n) = (2, 9);
+            let w = random_weights(WeightFormat::Ggml(t), e, n, k, DType::F16, k as u64, &|| {})
+                .unwrap();
+            let dec = decoder(&w).unwrap();
+            // 6 rows: a group of 4, then one of 2.
+            let xs: Vec<Vec<f32>> = (0..6).map(|i| activations(k, 7 * i + k as u64)).collect();
+            let qs: Vec<QRow> = xs.iter().map(|x| QRow::new(x, kind).unwrap()).collect();
+            for ex in 0..e {
+                let mut want = vec![0f32; qs.len() * n];
+                for (ti, q) in qs.iter().enumerate() {
+                    for i in 0..n {
+                        let RawRow::Ggml(_, bytes) = dec.raw_row(ex, i).unwrap() else {
+                            panic!()
+                        };
+                        want[ti * n + i] = reference(t, bytes, q);
+                    }
+                }
+                for &level in &levels {
+                    for rows in 1..=qs.len() {
+                        let acts: Vec<&QRow> = qs[..rows].iter().collect();
+                        let mut out = vec![f32::NAN; rows * n];
+                        let mut scratch = Vec::new();
+                        qdot_rows(level, &dec, ex, 0, n, &acts, &mut scratch, &mut out).unwrap();
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&out),
+                            bits(&want[..rows * n]),
+                            "{t} K={k} expert {ex} {level} with {rows} rows"
+                        );
+                    }
+                    // A run from a later row.
+                    let acts = [&qs[0]];
+                    let mut out = vec![0f32; n - 2];
+                    let mut scratch = Vec::new();
+                    qdot_rows(level, &dec, ex, 2, n - 2, &acts, &mut scratch, &mut out).unwrap();
+                    assert_eq!(out, want[2..n], "{t} K={k} {level}: run from row 2");
+                }
+            }
+        }
+    }
+}
+
+/// NMSE of the quantized path against f64 dots of the decoded rows with the
+/// unquantized activations, over 512 rows of K = 768 and 2048.
+fn q8_nmse(t: GgmlType, outliers: f32) -> f64 {
+    {
+        let kind = kind_of(t).unwrap();
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        for (si, k) in [768usize, 2048].into_iter().enumerate() {
+            let n = 64;
+            let w = random_weights(
+                WeightFormat::Ggml(t),
+                1,
+                n,
+                k,
+                DType::F16,
+                si as u64,
+                &|| {},
+            )
+            .unwrap();
+            let dec = decoder(&w).unwrap();
+            let mut row = vec![0f32; k];
+            for s in 0..4 {
+                let x = activations_with(k, 100 * si as u64 + s, outliers);
+                let q = QRow::new(&x, kind).unwrap();
+                let mut out = vec![0f32; n];
+                qdot_rows(
+                    simd_level(),
+                    &dec,
+                    0,
+                    0,
+                    n,
+                    &[&q],
+                    &mut Vec::new(),
+                    &mut out,
+                )
+                .unwrap();
+                got.extend_from_slice(&out);
+                for i in 0..n {
+                    dec.decode(0, i, &mut row).unwrap();
+                    let d: f64 = row.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    want.push(d as f32);
+                }
+            }
+        }
+        nmse(&got, &want)
+    }
+}
+
+#[test]
+fn q8_path_is_within_nmse_1e4_of_f32_for_every_format() {
+    for t in TYPES {
+        let e = q8_nmse(t, 0.0);
+        let eo = q8_nmse(t, 0.01);
+        eprintln!("{t}: q8 vs f32 NMSE {e:.2e} (1% outliers: {eo:.2e})");
+        assert!(e <= NMSE_Q8, "{t}: NMSE {e:e} > {NMSE_Q8:e}");
+        assert!(eo <= NMSE_Q8_OUTLIERS, "{t}: NMSE {eo:e} with outliers");
+    }
+}
+
+#[test]
+fn quantized_rows_round_to_the_nearest_code() {
+    for t in TYPES {
+        let kind = kind_of(t).unwrap();
+        let bs = kind.block();
+        let mut x = activations(2 * bs, 5);
+        x[bs..].fill(0.0); // an all-zero block
+        x[4..8].iter_mut().for_each(|v| *v *= 0.01); // a lane of small values
+        let q = QRow::new(&x, kind).unwrap();
+        assert_eq!(q.scales().len(), 2);
+        assert_eq!(q.shifts().len(), 2 * bs / 4);
+        let d = q.scales()[0];
+        let amax = x[..bs].iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(d, amax / 1016.0, "{t}: amax/(127·8)");
+        assert_eq!(q.scales()[1], 0.0);
+        assert!(q.codes()[bs..].iter().all(|&c| c == 0));
+        for (l, xl) in x[..bs].chunks(4).enumerate() {
+            let s = q.shifts()[l];
+            let a = xl.iter().fold(0f32, |m, v| m.max(v.abs()));
+            // The smallest shift whose codes still fit: a·2^(3−s) ≤ amax.
+            assert!(
+                s <= 3 && a * (8 >> s) as f32 <= amax,
+                "{t}: lane {l} shift {s}"
+            );
+            if s > 0 {
+                assert!(
+                    a * (16 >> s) as f32 > amax,
+                    "{t}: lane {l}: shift {s} not minimal"
+                );
+            }
+            for (i, &v) in xl.iter().enumerate() {
+                let c = q.codes()[4 * l + i];
+                assert!(c > -128, "{t}: code {c}");
+                let step = d * (1 << s) as f32;
+                assert!(
+                    (v - step * c as f32).abs() <= step * 0.5001,
+                    "{t}: {v} -> {c} << {s}"
+                );
+            }
+        }
+        assert_eq!(
+            q.shifts()[1],
+            0,
+            "{t}: the small lane gets the finest steps"
+        );
+        assert!(q.codes()[..bs].iter().any(|&c| c.abs() == 127));
+        let deq = q.dequantize();
+        let sums: Vec<i32> = (0..2 * bs / 16)
+            .map(|r| {
+                (16 * r..16 * r + 16)
+                    .map(|i| (q.codes()[i] as i32) << q.shifts()[i / 4])
+                    .sum()
+            })
+            .collect();
+        assert_eq!(q.sums16(), sums.as_slice());
+        assert!(nmse(&deq, &x) < 1e-4, "{t}: dequantized row");
+        // A non-finite value makes its block's scale NaN.
+        x[3] = f32::INFINITY;
+        let q = QRow::new(&x, kind).unwrap();
+        assert!(q.scales()[0].is_nan() && q.scales()[1] == 0.0);
+        // A length that is not whole blocks is an error.
+        assert!(QRow::new(&x[..bs - 1], kind).is_err());
+    }
+}
+
+#[test]
+fn qdot_rows_rejects_bad_arguments() {
+    let w = random_weights(
+        WeightFormat::Ggml(GgmlType::Q4_K),
+        2,
+        3,
+        256,
+        DType::F16,
+        1,
+        &|| {},
+    )
+    .unwrap();
+    let dec = decoder(&w).unwrap();
+    let x = vec![0.5f32; 256];
+    let q = QRow::new(&x, kind_of(GgmlType::Q4_K).unwrap()).unwrap();
+    let other = QRow::new(&x, kind_of(GgmlType::Q4_0).unwrap()).unwrap();
+    let short = QRow::new(&x[..128], kind_of(GgmlType::Q4_K).unwrap());
+    assert!(short.is_err(), "128 values are not a 256-block row");
+    let l = simd_level();
+    let mut s = Vec::new();
+    let mut out = [0f32; 2];
+    assert!(qdot_rows(l, &dec, 0, 0, 2, &[&q], &mut s, &mut out).is_ok());
+    assert!(
+        qdot_rows(l, &dec, 0, 2, 2, &[&q], &mut s, &mut out).is_err(),
+        "past the rows"
+    );
+    assert!(
+        qdot_rows(l, &dec, 2, 0, 2, &[&q], &mut s, &mut out).is_err(),
+        "no expert 2"
+    );
+    assert!(
+        qdot_rows(l, &dec, 0, 0, 2, &[&other], &mut s, &mut out).is_err(),
+        "wrong kind"
+    );
+    assert!(
+        qdot_rows(l, &dec, 0, 0, 1, &[&q], &mut s, &mut out).is_err(),
+        "out length"
+    );
+    for level in SimdLevel::ALL.into_iter().filter(|l| !l.is_supported()) {
+        assert!(qdot_rows(level, &dec, 0, 0, 2, &[&q], &mut s, &mut out).is_err());
+    }
+    // Formats without integer kernels.
+    let f = random_weights(
+        WeightFormat::Ggml(GgmlType::Q6_K),
+        1,
+        1,
+        256,
+        DType::F16,
+        1,
+        &|| {},
+    )
+    .unwrap();
+    assert!(qdot_rows(
+        l,
+        &decoder(&f).unwrap(),
+        0,
+        0,
+        1,
+        &[&q],
+        &mut s,
+        &mut out[..1]
+    )
+    .is_err());
+}
+
+/// Which integer kernels run on this machine: the best level the CPU
+/// supports (unless `MOEKIT_CPU_LEVEL` caps it).
+#[test]
+fn dispatch_picks_the_best_integer_level() {
+    let level = simd_level();
+    eprintln!("integer dot kernels: {level}");
+    if std::env::var_os(moekit::cpu::LEVEL_ENV).is_none() {
+        assert_eq!(level, SimdLevel::detect());
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
+            assert_eq!(level, SimdLevel::Avx512Vnni);
+        }
+    }
+}
+
+/// Single-thread throughput of the integer kernels against the f32 fused
+/// dots on a decode-sized working set (not a test; run with `cargo test
+/// --release --test cpu_qdot -- --ignored --nocapture`; formats from
+/// `QDOT_BENCH_FORMATS`, row length from `QDOT_BENCH_K`, rows per expert
+/// from `QDOT_BENCH_ROWS` (e.g. 128: a working set in L2), activation rows
+/// per call from `QDOT_BENCH_T`, levels from `QDOT_BENCH_LEVELS`). Best of
+/// interleaved rounds.
+#[test]
+#[ignore]
+fn bench_qdot_rows() {
+    use moekit::testing::cpu_fast::{dot_rows, XSums};
+    let env = |k: &str, d: usize| std::env::var(k).map_or(d, |v| v.parse().unwrap());
+    let names = std::env::var("QDOT_BENCH_FORMATS").unwrap_or_else(|_| "q4_0,q8_0,q4_k".into());
+    let k = env("QDOT_BENCH_K", 2048);
+    let n = env("QDOT_BENCH_ROWS", 2304 * 2048 / k);
+    let tn = env("QDOT_BENCH_T", 1);
+    let e = 8;
+    let xs: Vec<Vec<f32>> = (0..tn).map(|t| activations(k, t as u64)).collect();
+    let sums: Vec<XSums> = xs.iter().map(|x| XSums::new(x)).collect();
+    let levels: Vec<SimdLevel> = match std::env::var("QDOT_BENCH_LEVELS") {
+        Ok(v) => v.split(',').filter_map(SimdLevel::parse).collect(),
+        Err(_) => supported_levels(),
+    };
+    for name in names.split(',') {
+        let f = WeightFormat::parse(name).unwrap();
+        let WeightFormat::Ggml(t) = f else { panic!() };
+        let w = random_weights(f, e, n, k, DType::F16, 3, &|| {}).unwrap();
+        let dec = decoder(&w).unwrap();
+        let qs: Vec<QRow> = xs
+            .iter()
+            .map(|x| QRow::new(x, kind_of(t).unwrap()).unwrap())
+            .collect();
+        let acts: Vec<&QRow> = qs.iter().collect();
+        // Case 0: f32 fused dots; then each level's integer kernels.
+        let mut best = vec![f64::MAX; levels.len() + 1];
+        let mut out = vec![0f32; tn * 128];
+        let mut scratch = vec![0f32; k];
+        let mut qs_scratch = Vec::new();
+        for _ in 0..env("QDOT_BENCH_ROUNDS", 20) {
+            for (ci, b) in best.iter_mut().enumerate() {
+                let t0 = std::time::Instant::now();
+                for ex in 0..e {
+                    for c in 0..n / 128 {
+                        if ci == 0 {
+                            for (ti, x) in xs.iter().enumerate() {
+                                let o = &mut out[ti * 128..(ti + 1) * 128];
+                                dot_rows(&dec, ex, 128 * c, x, &sums[ti], &mut scratch, o).unwrap();
+                            }
+                        } else {
+                            let l = levels[ci - 1];
+                            qdot_rows(l, &dec, ex, 128 * c, 128, &acts, &mut qs_scratch, &mut out)
+                                .unwrap();
+                        }
+                    }
+                }
+                *b = b.min(t0.elapsed().as_secs_f64());
+            }
+        }
+        let bytes = (w.bytes_per_expert() * e) as f64;
+        let mut line = format!(
+            "{name:<6} K={k} T={tn}: f32 {:6.2} GB/s",
+            bytes / best[0] / 1e9
+        );
+        for (l, b) in levels.iter().zip(&best[1..]) {
+            line += &format!("  {l} {:6.2} GB/s", bytes / b / 1e9);
+        }
+        println!("{line}");
+    }
+}
