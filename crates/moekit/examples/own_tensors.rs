@@ -10,7 +10,9 @@
 //! Q8_0 (byte-identical to gguf-py). The router stays dense f32. The block
 //! runs on the fast CPU path and on the CPU reference (the oracle); the
 //! example prints token 0's routing, the output shape and how far the two
-//! paths differ.
+//! paths differ. (The fast path dots the Q8_0 down projection with
+//! activations quantized to 8-bit blocks, within NMSE 1e-4 of f32;
+//! `MOEKIT_CPU_ACT=f32` keeps f32 activations.)
 
 use half::bf16;
 use moekit::format::{affine, ggml, storage_shapes, AffineParams, GgmlType};
@@ -138,10 +140,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(x, y)| (x - y).abs())
         .fold(0f32, f32::max);
     let scale = b.iter().map(|y| y.abs()).fold(0f32, f32::max);
+    // Normalized mean squared error, as llama.cpp's test-backend-ops.
+    let (num, den) = a.iter().zip(&b).fold((0f64, 0f64), |(n, d), (&x, &y)| {
+        let (x, y) = (f64::from(x), f64::from(y));
+        (n + (x - y) * (x - y), d + y * y)
+    });
+    let nmse = num / den.max(f64::MIN_POSITIVE);
     println!("output {:?} {}", fast.out.shape(), fast.out.dtype());
-    println!("max |fast - reference| = {diff:.3e} (max |y| = {scale:.3e})");
-    if !diff.is_finite() || diff > 1e-3 * scale.max(1e-6) {
-        return Err(format!("the fast CPU path differs from the reference by {diff}").into());
+    println!("max |fast - reference| = {diff:.3e} (max |y| = {scale:.3e}), NMSE {nmse:.2e}");
+    if !nmse.is_finite() || nmse > 1e-4 {
+        return Err(format!("the fast CPU path differs from the reference: NMSE {nmse:e}").into());
     }
     Ok(())
 }

@@ -6,7 +6,9 @@
 /// grouped-matmul strategies.
 pub mod cpu_fast {
     pub use crate::cpu::fast::dot::{dot_row, dot_rows, dot_rows_at, XSums};
-    pub use crate::cpu::fast::gather_mm::{gather_mm_with, Strategy};
+    pub use crate::cpu::fast::gather_mm::{
+        act_choice, gather_mm_act, gather_mm_with, ActChoice, Strategy,
+    };
     pub use crate::cpu::fast::qdot::{kind_of, kind_of_rows, qdot_rows, QKind, QRow};
 }
 
