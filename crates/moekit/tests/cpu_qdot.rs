@@ -48,23 +48,37 @@ fn scale_min_k4(q: &[u8]) -> [(i32, i32); 8] {
     })
 }
 
-/// The scalar definition: lanes `L[j] = Σ_{k<4} w·y` over codes `4j..4j+4`
-/// of each 32 (times the group scale for Q4_K), `A[b % 2][j] +=
-/// s_b·f32(L[j])`, then `Σ_j (A0 + A1)` in a fixed tree, minus the mins.
+/// Where weight `i` of 32-value block `b` (of `nb`) has its activation code:
+/// for Q4_0 (interleaved) in each whole run of 4 blocks the first halves
+/// of the 4 blocks, then the second halves; else in order.
+fn code_at(t: GgmlType, nb: usize, b: usize, i: usize) -> usize {
+    if t == GgmlType::Q4_0 && b < nb / 4 * 4 {
+        128 * (b / 4) + 64 * (i / 16) + 16 * (b % 4) + i % 16
+    } else {
+        32 * b + i
+    }
+}
+
+/// The scalar definition: lanes `L[j] = Σ_{k<4} w·y` over weights `4j..4j+4`
+/// of each 32, shifted by the codes' lane shift (times the group scale for
+/// Q4_K), `A[b % 4][j] = fma(s_b, f32(L[j]), A[b % 4][j])`, then
+/// `Σ_j ((A0 + A1) + (A2 + A3))` in a fixed tree, minus the mins.
 fn reference(t: GgmlType, row: &[u8], a: &QRow) -> f32 {
     let (y, dx, sh) = (a.codes(), a.scales(), a.shifts());
-    let mut acc = [[0f32; 8]; 2];
+    let mut acc = [[0f32; 8]; 4];
     let mut off = 0f32;
-    // Lanes of the 32 codes from `at`, each shifted by its lane's shift.
-    let lanes = |w: &[i32], at: usize| -> [i32; 8] {
+    let bs = t.type_size();
+    let nb = row.len() / bs;
+    // Lanes of 32 weights whose codes are at `pos(i)`, each shifted by its
+    // lane's shift.
+    let lanes = |w: &[i32], pos: &dyn Fn(usize) -> usize| -> [i32; 8] {
         std::array::from_fn(|j| {
             let s: i32 = (0..4)
-                .map(|k| w[4 * j + k] * y[at + 4 * j + k] as i32)
+                .map(|k| w[4 * j + k] * y[pos(4 * j + k)] as i32)
                 .sum();
-            s << sh[at / 4 + j]
+            s << sh[pos(4 * j) / 4]
         })
     };
-    let bs = t.type_size();
     for (b, blk) in row.chunks_exact(bs).enumerate() {
         let (l, s) = match t {
             GgmlType::Q4_0 => {
@@ -74,11 +88,11 @@ fn reference(t: GgmlType, row: &[u8], a: &QRow) -> f32 {
                         i32::from(if i < 16 { q & 15 } else { q >> 4 }) - 8
                     })
                     .collect();
-                (lanes(&w, 32 * b), f16_at(blk) * dx[b])
+                (lanes(&w, &|i| code_at(t, nb, b, i)), f16_at(blk) * dx[b])
             }
             GgmlType::Q8_0 => {
                 let w: Vec<i32> = (0..32).map(|i| i32::from(blk[2 + i] as i8)).collect();
-                (lanes(&w, 32 * b), f16_at(blk) * dx[b])
+                (lanes(&w, &|i| code_at(t, nb, b, i)), f16_at(blk) * dx[b])
             }
             GgmlType::Q4_K => {
                 let sm = scale_min_k4(&blk[4..16]);
@@ -89,7 +103,7 @@ fn reference(t: GgmlType, row: &[u8], a: &QRow) -> f32 {
                         .map(|i| i32::from((blk[16 + 32 * (g / 2) + i] >> (4 * (g % 2))) & 15))
                         .collect();
                     let at = 256 * b + 32 * g;
-                    for (l, lg) in l.iter_mut().zip(lanes(&w, at)) {
+                    for (l, lg) in l.iter_mut().zip(lanes(&w, &|i| at + i)) {
                         *l += sc * lg;
                     }
                     summ += m
@@ -97,16 +111,18 @@ fn reference(t: GgmlType, row: &[u8], a: &QRow) -> f32 {
                             .map(|i| i32::from(y[at + i]) << sh[(at + i) / 4])
                             .sum::<i32>();
                 }
-                off += (f16_at(&blk[2..]) * dx[b]) * summ as f32;
+                off = (f16_at(&blk[2..]) * dx[b]).mul_add(summ as f32, off);
                 (l, f16_at(blk) * dx[b])
             }
             _ => unreachable!(),
         };
-        for (a, l) in acc[b % 2].iter_mut().zip(l) {
-            *a += s * l as f32;
+        for (a, l) in acc[b % 4].iter_mut().zip(l) {
+            *a = s.mul_add(l as f32, *a);
         }
     }
-    let l: Vec<f32> = (0..8).map(|j| acc[0][j] + acc[1][j]).collect();
+    let l: Vec<f32> = (0..8)
+        .map(|j| (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]))
+        .collect();
     (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) - off
 }
 
@@ -144,7 +160,7 @@ fn every_level_equals_the_scalar_reference_bit_for_bit() {
     eprintln!("levels: {levels:?}");
     for t in TYPES {
         let kind = kind_of(t).unwrap();
-        for k in [256, 768, 2048, 2816] {
+        for k in [256, 768, 800, 2048, 2080, 2816] {
             if k % t.block_size() != 0 {
                 continue;
             }
@@ -311,6 +327,27 @@ fn quantized_rows_round_to_the_nearest_code() {
         // A length that is not whole blocks is an error.
         assert!(QRow::new(&x[..bs - 1], kind).is_err());
     }
+    // Q4_0's codes are interleaved in runs of 4 blocks: the same codes as
+    // Q8_0's (same blocks, same rounding), reordered.
+    let x = activations(32 * 9, 8);
+    let (q4, q8) = (
+        QRow::new(&x, kind_of(GgmlType::Q4_0).unwrap()).unwrap(),
+        QRow::new(&x, kind_of(GgmlType::Q8_0).unwrap()).unwrap(),
+    );
+    assert!(q4.kind().interleaved() && !q8.kind().interleaved());
+    assert_eq!(q4.dequantize(), q8.dequantize());
+    for b in 0..9 {
+        for i in 0..32 {
+            let at = code_at(GgmlType::Q4_0, 9, b, i);
+            assert_eq!(
+                q4.codes()[at],
+                q8.codes()[32 * b + i],
+                "block {b} weight {i}"
+            );
+            assert_eq!(q4.shifts()[at / 4], q8.shifts()[(32 * b + i) / 4]);
+        }
+    }
+    assert_ne!(q4.codes(), q8.codes());
 }
 
 #[test]

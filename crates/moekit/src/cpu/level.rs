@@ -23,8 +23,8 @@ pub enum SimdLevel {
     Avx2,
     /// [`SimdLevel::Avx2`] plus AVX-VNNI (256-bit `vpdpbusd`/`vpdpwssd`).
     AvxVnni,
-    /// [`SimdLevel::Avx2`] plus AVX-512 F/BW/VL and AVX512-VNNI (512-bit
-    /// integer dot products).
+    /// [`SimdLevel::Avx2`] plus AVX-512 F/BW/VL/VBMI and AVX512-VNNI
+    /// (512-bit integer dot products; Ice Lake, Zen 4 and later).
     Avx512Vnni,
 }
 
@@ -106,6 +106,7 @@ fn avx512_vnni_detected() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512vbmi")
         && std::arch::is_x86_feature_detected!("avx512vnni")
 }
 

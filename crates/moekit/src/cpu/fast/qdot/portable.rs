@@ -1,8 +1,12 @@
 //! The [`Portable`](crate::cpu::SimdLevel::Portable) integer kernels: plain
 //! Rust, lane by lane, exactly the arithmetic the module doc of [`super`]
-//! defines (the other levels must match them bit for bit).
+//! defines (the other levels must match them bit for bit, and use the lane
+//! functions here for the blocks after a row's last whole run of 4).
 
-use super::{block_scales, finish, run_rows, widen_f16, QRow, Run};
+use super::{
+    add_block, block_scales, each_row, finish, half_offsets, run_rows, widen8_f16, Acc, QRow, Run,
+    RUN,
+};
 use crate::cpu::fast::dot::k4_scales_mins;
 use crate::error::Result;
 use crate::format::ggml::GgmlType;
@@ -18,7 +22,7 @@ pub(super) fn run_for<const R: usize>(t: GgmlType) -> Option<Run<R>> {
     }
 }
 
-/// The arguments of a [`Run`].
+/// A [`Run`] of `kernel`.
 macro_rules! run_fn {
     ($name:ident, $kernel:ident) => {
         #[allow(clippy::too_many_arguments)] // a Run
@@ -32,18 +36,7 @@ macro_rules! run_fn {
             out: &mut [f32],
             stride: usize,
         ) -> Result<()> {
-            run_rows(
-                dec,
-                e,
-                n0,
-                n,
-                acts,
-                scratch,
-                out,
-                stride,
-                #[inline(always)]
-                |r, a, s, o| $kernel::<R>(r, a, s, o),
-            )
+            run_rows(dec, e, n0, n, acts, scratch, out, stride, $kernel::<R>)
         }
     };
 }
@@ -52,30 +45,52 @@ run_fn!(run_q4_0, q4_0);
 run_fn!(run_q8_0, q8_0);
 run_fn!(run_q4_k, q4_k);
 
-/// `L[j] = Σ_{k<4} w[4j+k]·y[4j+k]`: the 8 lanes of 32 codes.
+/// `L[j] = Σ_{k<4} w[4j+k]·y[4j+k]` of 32 weights and the codes of their
+/// two halves, `y0` (weights 0..16) and `y1` (16..32).
 #[inline(always)]
-pub(super) fn lanes(w: &[i32; 32], y: &[i8; 32]) -> [i32; 8] {
-    let mut l = [0i32; 8];
-    for ((l, w), y) in l.iter_mut().zip(w.chunks_exact(4)).zip(y.chunks_exact(4)) {
-        for (&w, &y) in w.iter().zip(y) {
-            *l += w * i32::from(y);
-        }
-    }
-    l
+fn lanes(w: &[i32; 32], y0: &[i8], y1: &[i8]) -> [i32; 8] {
+    std::array::from_fn(|j| {
+        let y = if j < 4 { y0 } else { y1 };
+        (0..4)
+            .map(|k| w[4 * j + k] * y.get(4 * (j % 4) + k).map_or(0, |&v| i32::from(v)))
+            .sum()
+    })
 }
 
-/// `a[j] += s·f32(l[j])`, the product rounded, then the sum.
+/// `(l[j] + bias[j]) << shift[j]` of the 8 lanes of a block whose halves
+/// are stored at `at` (lanes `at[h]/4..at[h]/4 + 4`); no bias if the row
+/// has none.
 #[inline(always)]
-fn scale_add(a: &mut [f32; 8], s: f32, l: [i32; 8]) {
-    for (a, l) in a.iter_mut().zip(l) {
-        *a += s * l as f32;
+fn finish_lanes(a: &QRow, at: [usize; 2], l: [i32; 8]) -> Option<[i32; 8]> {
+    let mut out = [0i32; 8];
+    for (j, (o, l)) in out.iter_mut().zip(l).enumerate() {
+        let lane = at[j / 4] / 4 + j % 4;
+        let bias = if a.bias.is_empty() {
+            0
+        } else {
+            *a.bias.get(lane)?
+        };
+        *o = (l + bias) << *a.shift.get(lane)?;
     }
+    Some(out)
+}
+
+/// The lanes of the 32 weights `w` against 32-value block `b` (of `nb`) of
+/// `a`, biased and shifted.
+#[inline(always)]
+fn block_lanes(a: &QRow, nb: usize, b: usize, w: &[i32; 32]) -> Option<[i32; 8]> {
+    let at = half_offsets(a.kind.interleave, nb, b);
+    let (y0, y1) = (
+        a.codes.get(at[0]..at[0] + 16)?,
+        a.codes.get(at[1]..at[1] + 16)?,
+    );
+    finish_lanes(a, at, lanes(w, y0, y1))
 }
 
 /// Q4_0 codes `q` (0..16) of a block's 16 nibble bytes: low nibbles are
 /// weights 0..16, high nibbles 16..32.
 #[inline(always)]
-pub(super) fn q4_0_codes(qs: &[u8]) -> [i32; 32] {
+fn q4_0_codes(qs: &[u8]) -> [i32; 32] {
     let mut w = [0i32; 32];
     for (i, &q) in qs.iter().take(16).enumerate() {
         w[i] = i32::from(q & 15);
@@ -84,104 +99,142 @@ pub(super) fn q4_0_codes(qs: &[u8]) -> [i32; 32] {
     w
 }
 
-/// Q4_0 (18-byte blocks: f16 `d`, 16 nibble bytes): lanes of `q·y` plus
-/// the bias `−8·Σy`, shifted.
+/// The lanes of Q4_0 block `b` (18 bytes: f16 `d`, 16 nibble bytes)
+/// against `a`: `q·y` plus the bias `−8·Σy`, shifted.
+#[inline(always)]
+pub(super) fn q4_0_lanes(blk: &[u8], a: &QRow, nb: usize, b: usize) -> Option<[i32; 8]> {
+    block_lanes(a, nb, b, &q4_0_codes(blk.get(2..18)?))
+}
+
+/// The lanes of Q8_0 block `b` (34 bytes: f16 `d`, 32 signed codes)
+/// against `a`: `q·y`, shifted.
+#[inline(always)]
+pub(super) fn q8_0_lanes(blk: &[u8], a: &QRow, nb: usize, b: usize) -> Option<[i32; 8]> {
+    let mut w = [0i32; 32];
+    for (w, &q) in w.iter_mut().zip(blk.get(2..34)?) {
+        *w = i32::from(q as i8);
+    }
+    let at = half_offsets(false, nb, b);
+    let (y0, y1) = (
+        a.codes.get(at[0]..at[0] + 16)?,
+        a.codes.get(at[1]..at[1] + 16)?,
+    );
+    let l = lanes(&w, y0, y1);
+    let mut out = [0i32; 8];
+    for (j, (o, l)) in out.iter_mut().zip(l).enumerate() {
+        *o = l << *a.shift.get(at[j / 4] / 4 + j % 4)?;
+    }
+    Some(out)
+}
+
+/// A row of 32-weight blocks of `BS` bytes against the `R` rows of `acts`,
+/// block `b`'s lanes from `lanes(block bytes, row, nb, b)`.
+#[inline(always)]
+fn blocks32<const R: usize, const BS: usize>(
+    bytes: &[u8],
+    row_len: usize,
+    acts: &[&QRow; R],
+    s: &mut [f32],
+    out: &mut [f32],
+    stride: usize,
+    lanes: impl Fn(&[u8], &QRow, usize, usize) -> Option<[i32; 8]>,
+) -> Option<()> {
+    let nb = row_len / BS;
+    let ds: [&[f32]; R] = std::array::from_fn(|t| acts[t].d.as_slice());
+    each_row::<R>(bytes, row_len, out, stride, |row, out| {
+        let s = block_scales(row, BS, &ds, s, widen8_f16::<BS, 0>)?;
+        for ((a, o), st) in acts.iter().zip(out.iter_mut()).zip(s.chunks_exact(nb)) {
+            let mut acc: Acc = [[0f32; 8]; RUN];
+            for (b, (blk, &sb)) in row.chunks_exact(BS).zip(st).enumerate() {
+                add_block(&mut acc, b, sb, lanes(blk, a, nb, b)?);
+            }
+            *o = finish(&acc, 0.0);
+        }
+        Some(())
+    })
+}
+
+/// Q4_0 rows.
 fn q4_0<const R: usize>(
-    row: &[u8],
+    bytes: &[u8],
+    row_len: usize,
     acts: &[&QRow; R],
     s: &mut [f32],
-    out: &mut [f32; R],
+    out: &mut [f32],
+    stride: usize,
 ) -> Option<()> {
-    const BS: usize = 18;
-    let s = block_scales(row, BS, 0, acts, s, widen_f16)?;
-    let nb = row.len() / BS;
-    for ((a, o), st) in acts.iter().zip(out.iter_mut()).zip(s.chunks_exact(nb)) {
-        let mut acc = [[0f32; 8]; 2];
-        for (b, (blk, &sb)) in row.chunks_exact(BS).zip(st).enumerate() {
-            let w = q4_0_codes(blk.get(2..BS)?);
-            let mut l = lanes(&w, a.codes_at::<32>(b)?);
-            for ((l, &c), &sh) in l.iter_mut().zip(a.bias_at(b)?).zip(a.shift_at(b)?) {
-                *l = (*l + c) << sh;
-            }
-            scale_add(&mut acc[b & 1], sb, l);
-        }
-        *o = finish(acc[0], acc[1], 0.0);
-    }
-    Some(())
+    blocks32::<R, 18>(bytes, row_len, acts, s, out, stride, q4_0_lanes)
 }
 
-/// Q8_0 (34-byte blocks: f16 `d`, 32 signed codes): lanes of `q·y`,
-/// shifted.
+/// Q8_0 rows.
 fn q8_0<const R: usize>(
-    row: &[u8],
+    bytes: &[u8],
+    row_len: usize,
     acts: &[&QRow; R],
     s: &mut [f32],
-    out: &mut [f32; R],
+    out: &mut [f32],
+    stride: usize,
 ) -> Option<()> {
-    const BS: usize = 34;
-    let s = block_scales(row, BS, 0, acts, s, widen_f16)?;
-    let nb = row.len() / BS;
-    for ((a, o), st) in acts.iter().zip(out.iter_mut()).zip(s.chunks_exact(nb)) {
-        let mut acc = [[0f32; 8]; 2];
-        for (b, (blk, &sb)) in row.chunks_exact(BS).zip(st).enumerate() {
-            let mut w = [0i32; 32];
-            for (w, &q) in w.iter_mut().zip(blk.get(2..BS)?) {
-                *w = i32::from(q as i8);
-            }
-            let mut l = lanes(&w, a.codes_at::<32>(b)?);
-            for (l, &sh) in l.iter_mut().zip(a.shift_at(b)?) {
-                *l <<= sh;
-            }
-            scale_add(&mut acc[b & 1], sb, l);
-        }
-        *o = finish(acc[0], acc[1], 0.0);
-    }
-    Some(())
+    blocks32::<R, 34>(bytes, row_len, acts, s, out, stride, q8_0_lanes)
 }
 
-/// Q4_K (144-byte super-blocks: f16 `d`, `dmin`, 12 bytes of 6-bit group
-/// scales and mins, 128 nibble bytes): lanes of `Σ_g sc_g·(q·y << shift)`
-/// over the 8 groups of 32; the mins `Σ_g m_g·Σy_g`, times `dmin·d_x`, are subtracted.
+/// The lanes and the mins of Q4_K super-block `b` (144 bytes: f16 `d`,
+/// `dmin`, 12 bytes of 6-bit group scales and mins, 128 nibble bytes)
+/// against `a`: `Σ_g sc_g·(q·y << shift)` over the 8 groups of 32, and
+/// `Σ_g m_g·Σy_g`.
+#[inline(always)]
+pub(super) fn q4_k_lanes(blk: &[u8], a: &QRow, b: usize) -> Option<([i32; 8], i32)> {
+    let (sc, m) = k4_scales_mins(blk.get(4..16)?.try_into().ok()?);
+    let qs = blk.get(16..144)?;
+    let mut l = [0i32; 8];
+    let mut summ = 0i32;
+    for g in 0..8 {
+        let shift = 4 * (g % 2);
+        let q32 = qs.get(32 * (g / 2)..32 * (g / 2) + 32)?;
+        let mut w = [0i32; 32];
+        for (w, &q) in w.iter_mut().zip(q32) {
+            *w = i32::from((q >> shift) & 15);
+        }
+        let at = 256 * b + 32 * g;
+        let y = a.codes.get(at..at + 32)?;
+        let lg = lanes(&w, y.get(..16)?, y.get(16..)?);
+        let scg = i32::from(*sc.get(g)?);
+        for (j, (l, lg)) in l.iter_mut().zip(lg).enumerate() {
+            *l += scg * (lg << *a.shift.get(at / 4 + j)?);
+        }
+        let sums = a.sums.get(at / 16..at / 16 + 2)?;
+        summ += i32::from(*m.get(g)?) * (sums.first()? + sums.last()?);
+    }
+    Some((l, summ))
+}
+
+/// Q4_K rows: the mins, times `dmin·d_x`, subtracted at the end.
 fn q4_k<const R: usize>(
-    row: &[u8],
+    bytes: &[u8],
+    row_len: usize,
     acts: &[&QRow; R],
     s: &mut [f32],
-    out: &mut [f32; R],
+    out: &mut [f32],
+    stride: usize,
 ) -> Option<()> {
     const BS: usize = 144;
-    let nb = row.len() / BS;
-    let (sd, sm) = s.split_at_mut(s.len() / 2);
-    let sd = block_scales(row, BS, 0, acts, sd, widen_f16)?;
-    let sm = block_scales(row, BS, 2, acts, sm, widen_f16)?;
-    let per_row = sd.chunks_exact(nb).zip(sm.chunks_exact(nb));
-    for ((a, o), (sd, sm)) in acts.iter().zip(out.iter_mut()).zip(per_row) {
-        let mut acc = [[0f32; 8]; 2];
-        let mut off = 0f32;
-        for (b, blk) in row.chunks_exact(BS).enumerate() {
-            let (sc, m) = k4_scales_mins(blk.get(4..16)?.try_into().ok()?);
-            let qs = blk.get(16..BS)?;
-            let y = a.codes_at::<256>(b)?;
-            let sums = a.sums_at(b)?;
-            let mut l = [0i32; 8];
-            let mut summ = 0i32;
-            for g in 0..8 {
-                let shift = 4 * (g % 2);
-                let q32 = qs.get(32 * (g / 2)..32 * (g / 2) + 32)?;
-                let mut w = [0i32; 32];
-                for (w, &q) in w.iter_mut().zip(q32) {
-                    *w = i32::from((q >> shift) & 15);
-                }
-                let lg = lanes(&w, y.get(32 * g..32 * g + 32)?.try_into().ok()?);
-                let scg = i32::from(*sc.get(g)?);
-                for ((l, lg), &sh) in l.iter_mut().zip(lg).zip(a.shift_at(8 * b + g)?) {
-                    *l += scg * (lg << sh);
-                }
-                summ += i32::from(*m.get(g)?) * (sums.get(2 * g)? + sums.get(2 * g + 1)?);
+    let nb = row_len / BS;
+    let ds: [&[f32]; R] = std::array::from_fn(|t| acts[t].d.as_slice());
+    each_row::<R>(bytes, row_len, out, stride, |row, out| {
+        let (sd, sm) = s.split_at_mut(s.len() / 2);
+        let sd = block_scales(row, BS, &ds, sd, widen8_f16::<BS, 0>)?;
+        let sm = block_scales(row, BS, &ds, sm, widen8_f16::<BS, 2>)?;
+        let per_row = sd.chunks_exact(nb).zip(sm.chunks_exact(nb));
+        for ((a, o), (sd, sm)) in acts.iter().zip(out.iter_mut()).zip(per_row) {
+            let mut acc: Acc = [[0f32; 8]; RUN];
+            let mut off = 0f32;
+            for (b, blk) in row.chunks_exact(BS).enumerate() {
+                let (l, summ) = q4_k_lanes(blk, a, b)?;
+                add_block(&mut acc, b, *sd.get(b)?, l);
+                off = sm.get(b)?.mul_add(summ as f32, off);
             }
-            scale_add(&mut acc[b & 1], *sd.get(b)?, l);
-            off += sm.get(b)? * summ as f32;
+            *o = finish(&acc, off);
         }
-        *o = finish(acc[0], acc[1], off);
-    }
-    Some(())
+        Some(())
+    })
 }

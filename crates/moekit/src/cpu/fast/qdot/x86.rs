@@ -1,17 +1,9 @@
-//! The x86 integer kernels on 256-bit vectors, one body per format, generic
-//! over the instruction that multiplies bytes ([`Dot`]): AVX2's
-//! `vpmaddubsw` + `vpmaddwd` ([`Avx2`]), or `vpdpbusd`/`vpdpwssd` in their
-//! AVX-VNNI ([`AvxVnni`]) or AVX512-VNNI ([`Avx512Vnni`], EVEX-encoded
-//! 256-bit) forms.
-//!
-//! Weight codes are widened to bytes in natural order (Q4_0: the 16 nibble
-//! bytes and the same shifted right by 4, masked; Q4_K: low and high
-//! nibbles of 32 bytes), so one 256-bit vector holds a 32-weight block or
-//! group against 32 activation codes, and each `i32` lane `j` of the
-//! multiply-add sums codes `4j..4j+4`: the lanes of the module doc of
-//! [`super`], in exact integers. Scaling and accumulation are the same f32
-//! operations, in the same order, as the portable kernels (multiply, then
-//! add; no FMA), and the lanes are summed by the shared [`finish`].
+//! What the x86 kernels share: the levels' byte multiply-adds ([`Dot`]:
+//! AVX2's `vpmaddubsw` + `vpmaddwd` ([`Avx2`]), or `vpdpbusd`/`vpdpwssd` in
+//! their AVX-VNNI ([`AvxVnni`]) or AVX512-VNNI ([`Avx512Vnni`]) forms), the
+//! compiled contexts they run in, and 256-bit helpers: loads, the weight
+//! scales' widening (F16C), the K-quants' group scales, and the float
+//! accumulation `A = fma(s, f32(L), A)` of the module doc of [`super`].
 //!
 //! # Safety
 //!
@@ -20,13 +12,16 @@
 //! [`qdot_rows`](super::qdot_rows) runs a level only if
 //! `SimdLevel::is_supported` detected its features at run time: that is
 //! what the `SAFETY` comments below mean by "the level was detected".
-//! Memory is read only through references to fixed-size arrays.
+//! Memory is read only through references to fixed-size arrays (and, where
+//! a length was checked once for a whole row, [`chunk`]).
 
-use super::{block_scales, chunk, finish, run_rows, QRow, Rows, Run};
+// Functions are passed on wrapped in `#[inline(always)]` closures: a
+// function item passed as a value may stay out of line, compiled without the
+// level's features (its intrinsics then become calls).
+#![allow(clippy::redundant_closure)]
+
+use super::{block_scales, chunk, Acc, RUN};
 use crate::cpu::fast::dot::k4_scales_mins;
-use crate::error::Result;
-use crate::format::ggml::GgmlType;
-use crate::format::RowDecoder;
 use std::arch::x86_64::*;
 
 /// How a level multiplies and adds bytes, and the compiled context its
@@ -53,7 +48,7 @@ pub(super) struct Avx2;
 #[derive(Clone, Copy)]
 pub(super) struct AvxVnni;
 
-/// AVX512-VNNI (+VL): EVEX `vpdpbusd`, `vpdpwssd` on 256 bits.
+/// AVX512-VNNI (+F/BW/VL/VBMI): EVEX `vpdpbusd`, `vpdpwssd`.
 #[derive(Clone, Copy)]
 pub(super) struct Avx512Vnni;
 
@@ -77,12 +72,12 @@ unsafe fn with_avx_vnni<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Calls `f` compiled with AVX2, FMA, F16C, AVX-512 F/BW/VL and
+/// Calls `f` compiled with AVX2, FMA, F16C, AVX-512 F/BW/VL/VBMI and
 /// AVX512-VNNI.
 ///
 /// # Safety
 /// The CPU must have them.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")]
 #[inline(never)]
 unsafe fn with_avx512_vnni<T>(f: impl FnOnce() -> T) -> T {
     f()
@@ -172,71 +167,27 @@ impl Dot for Avx512Vnni {
     }
 }
 
-/// The run of `R` activation rows for weights of type `t` at level `D`
-/// (the [`Avx512Vnni`] level runs its own kernels, [`super::avx512`]).
-pub(super) fn run_for<D: Dot, const R: usize>(t: GgmlType) -> Option<Run<R>> {
-    match t {
-        GgmlType::Q4_0 => Some(run_q4_0::<D, R>),
-        GgmlType::Q8_0 => Some(run_q8_0::<D, R>),
-        GgmlType::Q4_K => Some(run_q4_k::<D, R>),
-        _ => None,
-    }
-}
-
-/// A [`Run`] of `kernel` inside `D::enter`.
-macro_rules! run_fn {
-    ($name:ident, $kernel:ident) => {
-        #[allow(clippy::too_many_arguments)] // a Run
-        fn $name<D: Dot, const R: usize>(
-            dec: &RowDecoder<'_>,
-            e: usize,
-            n0: usize,
-            n: usize,
-            acts: &[&QRow; R],
-            scratch: &mut [f32],
-            out: &mut [f32],
-            stride: usize,
-        ) -> Result<()> {
-            D::enter(
-                #[inline(always)]
-                move || {
-                    run_rows(
-                        dec,
-                        e,
-                        n0,
-                        n,
-                        acts,
-                        scratch,
-                        out,
-                        stride,
-                        #[inline(always)]
-                        |r, a, s, o| $kernel::<D, R>(r, a, s, o),
-                    )
-                },
-            )
-        }
-    };
-}
-
-run_fn!(run_q4_0, q4_0);
-run_fn!(run_q8_0, q8_0);
-run_fn!(run_q4_k, q4_k);
-
 /// 32 bytes.
 #[inline(always)]
-pub(super) fn load256<T>(v: &[T; 32]) -> __m256i
-where
-    T: Copy,
-{
-    // SAFETY: `v` is 32 readable bytes (`T` is a byte type at every
-    // caller), unaligned loads are allowed; the level was detected (module
-    // doc).
+pub(super) fn load256<T: Copy>(v: &[T; 32]) -> __m256i {
+    const { assert!(std::mem::size_of::<T>() == 1) };
+    // SAFETY: `v` is 32 readable bytes (the assertion), unaligned loads are
+    // allowed; the level was detected (module doc).
     unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
 }
 
-/// 8 `i32`.
+/// 8 lanes of 32 bits (`i32`, `u32` or `f32` bits).
 #[inline(always)]
-pub(super) fn load_i32x8(v: &[i32; 8]) -> __m256i {
+pub(super) fn load_x8<T: Copy>(v: &[T; 8]) -> __m256i {
+    const { assert!(std::mem::size_of::<T>() == 4) };
+    // SAFETY: `v` is 32 readable bytes (the assertion), unaligned loads are
+    // allowed; the level was detected (module doc).
+    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
+}
+
+/// 16 lanes of 16 bits.
+#[inline(always)]
+pub(super) fn load_x16(v: &[i16; 16]) -> __m256i {
     // SAFETY: `v` is 32 readable bytes, unaligned loads are allowed; the
     // level was detected (module doc).
     unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
@@ -245,9 +196,8 @@ pub(super) fn load_i32x8(v: &[i32; 8]) -> __m256i {
 /// `l << sh`, lane by lane.
 #[inline(always)]
 pub(super) fn shift(l: __m256i, sh: &[u32; 8]) -> __m256i {
-    // SAFETY: `sh` is 32 readable bytes; the level was detected (module
-    // doc).
-    unsafe { _mm256_sllv_epi32(l, _mm256_loadu_si256(sh.as_ptr().cast())) }
+    // SAFETY: no memory is accessed but `sh`; the level was detected.
+    unsafe { _mm256_sllv_epi32(l, load_x8(sh)) }
 }
 
 /// Lanes as an array.
@@ -260,221 +210,122 @@ pub(super) fn to_array(v: __m256) -> [f32; 8] {
     a
 }
 
-/// `acc + s·f32(l)`, the product rounded, then the sum.
+/// `fma(s, f32(l), acc)` lane by lane: one rounding, as the portable
+/// `f32::mul_add`.
 #[inline(always)]
-fn scale_add(acc: __m256, s: f32, l: __m256i) -> __m256 {
+pub(super) fn fma_lanes(acc: __m256, s: __m256, l: __m256i) -> __m256 {
     // SAFETY: no memory is accessed; the level was detected (module doc).
-    unsafe { _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(l))) }
+    unsafe { _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(l), acc) }
 }
 
-/// The 32 codes of a Q4_0 block's 16 nibble bytes, in weight order.
+/// All lanes `s`.
 #[inline(always)]
-pub(super) fn q4_0_codes(qs: &[u8; 16]) -> __m256i {
-    // SAFETY: `qs` is 16 readable bytes; the level was detected (module doc).
+pub(super) fn splat(s: f32) -> __m256 {
+    // SAFETY: no memory is accessed; the level was detected (module doc).
+    unsafe { _mm256_set1_ps(s) }
+}
+
+/// `[s[0] ×4, s[1] ×4]`.
+#[inline(always)]
+pub(super) fn splat2x4(s: &[f32; 2]) -> __m256 {
+    // SAFETY: `s` is 8 readable bytes; the level was detected (module doc).
     unsafe {
-        let q = _mm_loadu_si128(qs.as_ptr().cast());
-        let both = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
-        _mm256_and_si256(both, _mm256_set1_epi8(15))
+        let v = _mm256_castps128_ps256(_mm_castpd_ps(_mm_load_sd(s.as_ptr().cast())));
+        _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1))
     }
 }
 
-/// The f16 at byte `AT` of each `BS`-byte block of `row`, widened into
-/// `w` 8 at a time: packed into two words in general registers, moved to a
-/// vector and converted by F16C (exact, as the portable `f16_to_f32` but
-/// for NaN payloads, which F16C quiets).
+/// All lanes zero.
 #[inline(always)]
-pub(super) fn widen_f16c<const BS: usize, const AT: usize>(
-    row: &[u8],
-    w: &mut [f32],
-) -> Option<()> {
-    /// 4 f16 from blocks `i..i + 4` of `c` (zeros past its end; for whole
-    /// chunks of 8 blocks the indices are constants and the checks fold).
+pub(super) fn zero() -> __m256 {
+    // SAFETY: no memory is accessed; the level was detected (module doc).
+    unsafe { _mm256_setzero_ps() }
+}
+
+/// The accumulators `A[b % 4]` of 4 vectors, one per block of a run.
+#[inline(always)]
+pub(super) fn acc_of(v: [__m256; RUN]) -> Acc {
+    // A loop, not `map(to_array)`: a function item passed on may stay out
+    // of line, compiled without the level's features.
+    let mut a: Acc = [[0f32; 8]; RUN];
+    for (a, v) in a.iter_mut().zip(v) {
+        *a = to_array(v);
+    }
+    a
+}
+
+/// The codes of the nibble bytes `qs` (16 or 32 bytes in a 256-bit vector)
+/// split: low nibbles, high nibbles.
+#[inline(always)]
+pub(super) fn nibbles(qs: __m256i) -> (__m256i, __m256i) {
+    // SAFETY: no memory is accessed; the level was detected (module doc).
+    unsafe {
+        let m4 = _mm256_set1_epi8(15);
+        (
+            _mm256_and_si256(qs, m4),
+            _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4),
+        )
+    }
+}
+
+/// The 16 nibble bytes of two Q4_0 blocks (18 bytes each: f16 `d`, then
+/// the nibbles) side by side.
+#[inline(always)]
+pub(super) fn q4_0_pair(b0: &[u8; 18], b1: &[u8; 18]) -> __m256i {
+    // SAFETY: bytes 2..18 of each block; the level was detected.
+    unsafe {
+        let (q0, q1): (&[u8; 16], &[u8; 16]) = (chunk(b0, 2), chunk(b1, 2));
+        let lo = _mm_loadu_si128(q0.as_ptr().cast());
+        let hi = _mm_loadu_si128(q1.as_ptr().cast());
+        _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1)
+    }
+}
+
+/// The f16 at byte `AT` of blocks `b0..b0 + 8` of `BS` bytes of `row`
+/// (zeros past its end), widened: packed into two words in general
+/// registers, moved to a vector and converted by F16C (exact, as the
+/// portable `f16_to_f32` but for NaN payloads, which F16C quiets).
+#[inline(always)]
+pub(super) fn widen8_f16c<const BS: usize, const AT: usize>(row: &[u8], b0: usize) -> [f32; 8] {
+    /// 4 f16 from blocks `i..i + 4`.
     #[inline(always)]
     fn word<const BS: usize, const AT: usize>(c: &[u8], i: usize) -> u64 {
         let mut v = 0u64;
         for k in 0..4 {
-            if let Some(h) = c.get((i + k) * BS + AT..(i + k) * BS + AT + 2) {
+            let at = (i + k) * BS + AT;
+            if let Some(h) = c.get(at..at + 2) {
                 v |= u64::from(u16::from_le_bytes([h[0], h[1]])) << (16 * k);
             }
         }
         v
     }
-    /// 8 widened from the words of blocks `0..4` and `4..8`.
-    #[inline(always)]
-    fn cvt8(lo: u64, hi: u64) -> [f32; 8] {
-        let mut v = [0f32; 8];
-        // SAFETY: `v` is 8 writable f32; the level was detected (module doc).
-        unsafe {
-            let x = _mm_set_epi64x(hi as i64, lo as i64);
-            _mm256_storeu_ps(v.as_mut_ptr(), _mm256_cvtph_ps(x));
-        }
-        v
+    let mut v = [0f32; 8];
+    // SAFETY: `v` is 8 writable f32; the level was detected (module doc).
+    unsafe {
+        let x = _mm_set_epi64x(
+            word::<BS, AT>(row, b0 + 4) as i64,
+            word::<BS, AT>(row, b0) as i64,
+        );
+        _mm256_storeu_ps(v.as_mut_ptr(), _mm256_cvtph_ps(x));
     }
-    let nb = row.len() / BS;
-    let w = w.get_mut(..nb)?;
-    let chunks = row.chunks_exact(8 * BS);
-    let tail = chunks.remainder();
-    let mut w8 = w.chunks_exact_mut(8);
-    for (c, o) in chunks.zip(w8.by_ref()) {
-        o.copy_from_slice(&cvt8(word::<BS, AT>(c, 0), word::<BS, AT>(c, 4)));
-    }
-    let wt = w8.into_remainder();
-    if !wt.is_empty() {
-        let v = cvt8(word::<BS, AT>(tail, 0), word::<BS, AT>(tail, 4));
-        for (o, v) in wt.iter_mut().zip(v) {
-            *o = v;
-        }
-    }
-    Some(())
+    v
 }
 
 /// The per-block scale products of `BS`-byte blocks with the f16 at `AT`
-/// ([`block_scales`] with [`widen_f16c`]).
+/// ([`block_scales`] with [`widen8_f16c`]).
 #[inline(always)]
 pub(super) fn scales<'s, const R: usize, const BS: usize, const AT: usize>(
     row: &[u8],
-    acts: &[&QRow; R],
+    ds: &[&[f32]; R],
     scratch: &'s mut [f32],
 ) -> Option<&'s [f32]> {
     block_scales(
         row,
         BS,
-        AT,
-        acts,
+        ds,
         scratch,
         #[inline(always)]
-        |r, _, _, w| widen_f16c::<BS, AT>(r, w),
-    )
-}
-
-/// Runs `lanes(b, blk, t)` (the integer lanes of block `b`, bytes `blk`, for
-/// activation row `t`) over the 32-weight blocks of `row`, scaling them
-/// into the accumulators of even and odd blocks, and finishes the `R` dots.
-/// `st` holds the scale products (`R·nb`).
-#[inline(always)]
-fn blocks32<const R: usize, const BS: usize>(
-    row: &[u8],
-    st: &[f32],
-    out: &mut [f32; R],
-    lanes: impl Fn(usize, &[u8; BS], usize) -> __m256i,
-) -> Option<()> {
-    let nb = row.len() / BS;
-    if st.len() < R * nb {
-        return None;
-    }
-    // SAFETY: no memory is accessed; the level was detected (module doc).
-    let zero = unsafe { _mm256_setzero_ps() };
-    let mut acc = [[zero; R]; 2];
-    let pairs = row.chunks_exact(2 * BS);
-    let tail = pairs.remainder();
-    for (p, two) in pairs.enumerate() {
-        let (b0, b1) = two.split_at(BS);
-        step(&mut acc[0], st, nb, 2 * p, b0.try_into().ok()?, &lanes);
-        step(&mut acc[1], st, nb, 2 * p + 1, b1.try_into().ok()?, &lanes);
-    }
-    if !tail.is_empty() {
-        step(&mut acc[0], st, nb, nb - 1, tail.try_into().ok()?, &lanes);
-    }
-    for (t, o) in out.iter_mut().enumerate() {
-        *o = finish(to_array(acc[0][t]), to_array(acc[1][t]), 0.0);
-    }
-    Some(())
-}
-
-/// Block `b < nb` (bytes `blk`) of [`blocks32`] into `acc`.
-#[inline(always)]
-fn step<const R: usize, const BS: usize>(
-    acc: &mut [__m256; R],
-    st: &[f32],
-    nb: usize,
-    b: usize,
-    blk: &[u8; BS],
-    lanes: &impl Fn(usize, &[u8; BS], usize) -> __m256i,
-) {
-    for (t, a) in acc.iter_mut().enumerate() {
-        // SAFETY: b < nb and st.len() ≥ R·nb (checked by `blocks32`).
-        let s = unsafe { *st.get_unchecked(t * nb + b) };
-        *a = scale_add(*a, s, lanes(b, blk, t));
-    }
-}
-
-/// Q4_0: `vpdpbusd(−8·Σy, q, y)` per block and row.
-#[inline(always)]
-fn q4_0<D: Dot, const R: usize>(
-    row: &[u8],
-    acts: &[&QRow; R],
-    s: &mut [f32],
-    out: &mut [f32; R],
-) -> Option<()> {
-    const BS: usize = 18;
-    let nb = row.len() / BS;
-    let rows = Rows::new(acts, nb, true)?;
-    let st = scales::<R, BS, 0>(row, acts, s)?;
-    blocks32::<R, BS>(
-        row,
-        st,
-        out,
-        #[inline(always)]
-        |b, blk, t| {
-            let q = q4_0_codes(arr16(blk));
-            // SAFETY: b < nb, and `rows` holds nb blocks (Rows::new).
-            let (y, bias, sh) = unsafe {
-                (
-                    chunk(rows.y[t], 32 * b),
-                    chunk(rows.bias[t], 8 * b),
-                    chunk(rows.shift[t], 8 * b),
-                )
-            };
-            shift(D::dpbusd(load_i32x8(bias), q, load256(y)), sh)
-        },
-    )
-}
-
-/// Bytes `2..18` of a block.
-#[inline(always)]
-fn arr16<const BS: usize>(blk: &[u8; BS]) -> &[u8; 16] {
-    const { assert!(BS >= 18) };
-    // SAFETY: 2 + 16 ≤ BS (the assertion).
-    unsafe { chunk(blk, 2) }
-}
-
-/// Bytes `2..34` of a block.
-#[inline(always)]
-fn arr32<const BS: usize>(blk: &[u8; BS]) -> &[u8; 32] {
-    const { assert!(BS >= 34) };
-    // SAFETY: 2 + 32 ≤ BS (the assertion).
-    unsafe { chunk(blk, 2) }
-}
-
-/// Q8_0: [`Dot::dot_i8`] per block and row.
-#[inline(always)]
-fn q8_0<D: Dot, const R: usize>(
-    row: &[u8],
-    acts: &[&QRow; R],
-    s: &mut [f32],
-    out: &mut [f32; R],
-) -> Option<()> {
-    const BS: usize = 34;
-    let nb = row.len() / BS;
-    let rows = Rows::new(acts, nb, true)?;
-    let st = scales::<R, BS, 0>(row, acts, s)?;
-    blocks32::<R, BS>(
-        row,
-        st,
-        out,
-        #[inline(always)]
-        |b, blk, t| {
-            let w = load256(arr32(blk));
-            // SAFETY: b < nb, and `rows` holds nb blocks (Rows::new).
-            let (y, bias, sh) = unsafe {
-                (
-                    chunk(rows.y[t], 32 * b),
-                    chunk(rows.bias[t], 8 * b),
-                    chunk(rows.shift[t], 8 * b),
-                )
-            };
-            shift(D::dot_i8(w, load256(y), bias), sh)
-        },
+        |r, b0| widen8_f16c::<BS, AT>(r, b0),
     )
 }
 
@@ -496,7 +347,7 @@ pub(super) const SCALE_SHUF: [[u8; 32]; 8] = {
 
 /// 16-bit lane `g` of each half of `sc16`, in every lane.
 #[inline(always)]
-fn group_scale(sc16: __m256i, g: usize) -> __m256i {
+pub(super) fn group_scale(sc16: __m256i, g: usize) -> __m256i {
     // SAFETY: no memory is accessed but the pattern; the level was detected
     // (module doc).
     unsafe { _mm256_shuffle_epi8(sc16, load256(&SCALE_SHUF[g & 7])) }
@@ -517,6 +368,19 @@ pub(super) fn k4_scales16(blk: &[u8; 144]) -> (__m256i, [u8; 8]) {
     (sc16, m)
 }
 
+/// The f16 values at bytes 0..2 and 2..4 of a K-quant super-block (`d`,
+/// `dmin`), widened by F16C (exact).
+#[inline(always)]
+pub(super) fn f16_pair<const BS: usize>(blk: &[u8; BS]) -> (f32, f32) {
+    const { assert!(BS >= 4) };
+    let v = u32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
+    // SAFETY: no memory is accessed; the level was detected (module doc).
+    unsafe {
+        let x = _mm_cvtph_ps(_mm_cvtsi32_si128(v as i32));
+        (_mm_cvtss_f32(x), _mm_cvtss_f32(_mm_movehdup_ps(x)))
+    }
+}
+
 /// `Σ_g m_g·Σy_g` of a super-block's mins and the 16 sums of 16 codes.
 #[inline(always)]
 pub(super) fn k4_mins(m: &[u8; 8], sums: &[i32; 16]) -> i32 {
@@ -525,93 +389,4 @@ pub(super) fn k4_mins(m: &[u8; 8], sums: &[i32; 16]) -> i32 {
         summ += i32::from(m) * (sums[2 * g] + sums[2 * g + 1]);
     }
     summ
-}
-
-/// Q4_K: per group of 32, `vpmaddubsw(q, y)` then [`Dot::dpwssd`] with the
-/// group scale into the super-block's lanes; the mins from the sums of y.
-#[inline(always)]
-fn q4_k<D: Dot, const R: usize>(
-    row: &[u8],
-    acts: &[&QRow; R],
-    s: &mut [f32],
-    out: &mut [f32; R],
-) -> Option<()> {
-    const BS: usize = 144;
-    let nb = row.len() / BS;
-    let rows = Rows::new(acts, nb, false)?;
-    let (sd, sm) = s.split_at_mut(s.len() / 2);
-    let sd = scales::<R, BS, 0>(row, acts, sd)?;
-    let sm = scales::<R, BS, 2>(row, acts, sm)?;
-    // SAFETY: no memory is accessed; the level was detected (module doc).
-    let (zero, zero_i, m4) = unsafe {
-        (
-            _mm256_setzero_ps(),
-            _mm256_setzero_si256(),
-            _mm256_set1_epi8(15),
-        )
-    };
-    let mut acc = [[zero; R]; 2];
-    let mut off = [0f32; R];
-    for (b, blk) in row.chunks_exact(BS).enumerate() {
-        let blk: &[u8; BS] = blk.try_into().ok()?;
-        let (sc16, m) = k4_scales16(blk);
-        let mut li = [zero_i; R];
-        for c in 0..4 {
-            // SAFETY: 16 + 32·4 = 144 bytes.
-            let q = load256(unsafe { chunk::<u8, 32>(blk, 16 + 32 * c) });
-            // SAFETY: no memory is accessed; the level was detected.
-            let (lo, hi) = unsafe {
-                (
-                    _mm256_and_si256(q, m4),
-                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                )
-            };
-            let (s_lo, s_hi) = (group_scale(sc16, 2 * c), group_scale(sc16, 2 * c + 1));
-            for ((l, y), p2) in li.iter_mut().zip(rows.y).zip(rows.pow2) {
-                let at = 256 * b + 64 * c;
-                // SAFETY: b < nb, and `rows` holds nb blocks (Rows::new).
-                let (y_lo, y_hi, p2_lo, p2_hi) = unsafe {
-                    (
-                        chunk(y, at),
-                        chunk(y, at + 32),
-                        chunk::<i16, 16>(p2, at / 2),
-                        chunk::<i16, 16>(p2, at / 2 + 16),
-                    )
-                };
-                // The pair sums (≤ 2·15·127) times 2^shift (≤ 8) fit 16 bits.
-                // SAFETY: the multipliers are 32 readable bytes each; the
-                // level was detected.
-                let (p_lo, p_hi) = unsafe {
-                    (
-                        _mm256_mullo_epi16(
-                            _mm256_maddubs_epi16(lo, load256(y_lo)),
-                            _mm256_loadu_si256(p2_lo.as_ptr().cast()),
-                        ),
-                        _mm256_mullo_epi16(
-                            _mm256_maddubs_epi16(hi, load256(y_hi)),
-                            _mm256_loadu_si256(p2_hi.as_ptr().cast()),
-                        ),
-                    )
-                };
-                *l = D::dpwssd(D::dpwssd(*l, p_lo, s_lo), p_hi, s_hi);
-            }
-        }
-        let acc = &mut acc[b & 1];
-        for t in 0..R {
-            // SAFETY: b < nb; `sd`, `sm` hold R·nb and `rows` nb blocks.
-            let (s_d, s_m, sums) = unsafe {
-                (
-                    *sd.get_unchecked(t * nb + b),
-                    *sm.get_unchecked(t * nb + b),
-                    chunk(rows.sums[t], 16 * b),
-                )
-            };
-            acc[t] = scale_add(acc[t], s_d, li[t]);
-            off[t] += s_m * k4_mins(&m, sums) as f32;
-        }
-    }
-    for (t, o) in out.iter_mut().enumerate() {
-        *o = finish(to_array(acc[0][t]), to_array(acc[1][t]), off[t]);
-    }
-    Some(())
 }

@@ -1,0 +1,270 @@
+//! The activation side: which quantization each weight format takes
+//! ([`QKind`]) and the quantized rows ([`QRow`]).
+
+use crate::error::{invalid, Result};
+use crate::format::ggml::GgmlType;
+use crate::format::{RawRow, RowDecoder};
+
+/// How an activation row is quantized for one weight format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QKind {
+    /// Values per activation scale: 32 or 256.
+    pub(super) block: usize,
+    /// Offset `c` of the weight codes (Q4_0: 8): each lane of 4 codes
+    /// carries `−c·Σy` (the row's biases); 0 for none.
+    pub(super) offset: i32,
+    /// Codes stored interleaved for the nibble kernels: in each whole run of
+    /// 4 blocks of 32, the first 16 codes of blocks 0..4, then their last
+    /// 16 ([`half_offsets`]); other blocks in order.
+    pub(super) interleave: bool,
+}
+
+impl QKind {
+    /// Values per activation scale.
+    pub fn block(self) -> usize {
+        self.block
+    }
+
+    /// Whether the codes are stored interleaved ([`half_offsets`]).
+    pub fn interleaved(self) -> bool {
+        self.interleave
+    }
+}
+
+/// The activation quantization of weights of type `t`, if it has integer
+/// dot kernels.
+pub fn kind_of(t: GgmlType) -> Option<QKind> {
+    let kind = |block, offset, interleave| {
+        Some(QKind {
+            block,
+            offset,
+            interleave,
+        })
+    };
+    match t {
+        GgmlType::Q4_0 => kind(32, 8, true),
+        // The VNNI kernels offset the signed codes by 128 (`vpdpbusd` takes
+        // unsigned × signed).
+        GgmlType::Q8_0 => kind(32, 128, false),
+        GgmlType::Q4_K => kind(256, 0, false),
+        _ => None,
+    }
+}
+
+/// The activation quantization of the rows of `dec` (`None`: f32 only).
+pub fn kind_of_rows(dec: &RowDecoder<'_>) -> Option<QKind> {
+    match dec.raw_row(0, 0).ok()? {
+        RawRow::Ggml(t, _) => kind_of(t).filter(|k| dec.cols() > 0 && dec.cols() % k.block == 0),
+        _ => None,
+    }
+}
+
+/// Where the two 16-code halves of 32-value block `b` (of `nb`) are stored:
+/// `[32b, 32b + 16]`, or, interleaved, for a block of a whole run `g` of 4
+/// blocks, `[128g + 16(b % 4), 128g + 64 + 16(b % 4)]`.
+#[inline(always)]
+pub fn half_offsets(interleave: bool, nb: usize, b: usize) -> [usize; 2] {
+    if interleave && b < nb / 4 * 4 {
+        let at = 128 * (b / 4) + 16 * (b % 4);
+        [at, at + 64]
+    } else {
+        [32 * b, 32 * b + 16]
+    }
+}
+
+/// One activation row quantized to 8-bit blocks (see the module doc).
+#[derive(Debug, Clone)]
+pub struct QRow {
+    pub(super) kind: QKind,
+    /// Codes, one per value (in the kind's order).
+    pub(super) codes: Vec<i8>,
+    /// Scale per block (`amax/(127·8)`).
+    pub(super) d: Vec<f32>,
+    /// Shift (0..=3) of each lane of 4 stored codes: code `i` stands for
+    /// `d·(codes[i] << shift[i/4])`.
+    pub(super) shift: Vec<u32>,
+    /// `2^shift` of each pair of codes (the 16-bit multiplier of the K-quant
+    /// kernels; empty for 32-value blocks).
+    pub(super) pow2: Vec<i16>,
+    /// `−offset·Σ` of each lane of 4 stored codes, not shifted (empty for
+    /// offset 0).
+    pub(super) bias: Vec<i32>,
+    /// `Σ codes[i] << shift[i/4]` of each 16 stored codes.
+    pub(super) sums: Vec<i32>,
+}
+
+/// Round to nearest, ties to even, for `|v| < 2²²` (the f32 addition
+/// rounds; any SSE2 build vectorizes it, unlike `round_ties_even`).
+#[inline(always)]
+fn round_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5·2²³
+    (v + MAGIC) - MAGIC
+}
+
+/// Largest lane shift: a lane's step is `amax/127` divided by up to
+/// `2^MAX_SHIFT`.
+const MAX_SHIFT: u32 = 3;
+
+impl QRow {
+    /// Quantizes `x`; an error if its length is not a whole number of the
+    /// kind's blocks. Non-finite values make their block's scale NaN (so the
+    /// dots of the row are NaN, as f32 arithmetic would make them).
+    ///
+    /// A block with largest magnitude `amax` gets the scale
+    /// `d = amax/(127·2³)`, and each lane of 4 values with largest
+    /// magnitude `a` the smallest shift `s ∈ 0..=3` with `a·2^(3−s) ≤ amax`:
+    /// its codes are `round(x·127·2^(3−s)/amax)` (ties to even; `|code| ≤
+    /// 127`) and stand for `d·(code << s)`. So a lane of small values gets
+    /// up to 8 times finer steps than the block's largest value allows.
+    pub fn new(x: &[f32], kind: QKind) -> Result<QRow> {
+        if kind.block == 0 || x.len() % kind.block != 0 {
+            return Err(invalid(
+                "QRow::new",
+                "x",
+                format!("a multiple of {} values", kind.block),
+                x.len(),
+            ));
+        }
+        let n = x.len();
+        let mut codes = vec![0i8; n];
+        let mut shift = vec![0u32; n / 4];
+        let mut d = Vec::with_capacity(n / kind.block);
+        let blocks = x
+            .chunks_exact(kind.block)
+            .zip(codes.chunks_exact_mut(kind.block))
+            .zip(shift.chunks_exact_mut(kind.block / 4));
+        for ((xb, cb), sb) in blocks {
+            let amax = xb.iter().fold(0f32, |m, &v| m.max(v.abs()));
+            if !xb.iter().all(|v| v.is_finite()) {
+                d.push(f32::NAN);
+                continue;
+            }
+            if amax == 0.0 {
+                d.push(0.0);
+                continue;
+            }
+            let id = 127.0 / amax;
+            for ((xl, cl), sl) in xb.chunks_exact(4).zip(cb.chunks_exact_mut(4)).zip(sb) {
+                let a = xl.iter().fold(0f32, |m, &v| m.max(v.abs()));
+                // Powers of two scale exactly.
+                let mut s = MAX_SHIFT;
+                while s > 0 && a * (1 << (MAX_SHIFT + 1 - s)) as f32 <= amax {
+                    s -= 1;
+                }
+                *sl = s;
+                let id = id * (1 << (MAX_SHIFT - s)) as f32;
+                for (c, &v) in cl.iter_mut().zip(xl) {
+                    // |v·id| ≤ 127 (+ rounding): the cast saturates at 127.
+                    *c = round_even(v * id) as i32 as i8;
+                }
+            }
+            d.push(amax / (127 << MAX_SHIFT) as f32);
+        }
+        if kind.interleave {
+            interleave(&mut codes, 16);
+            interleave(&mut shift, 4);
+        }
+        let sums = codes
+            .chunks_exact(16)
+            .zip(shift.chunks_exact(4))
+            .map(|(c, s)| {
+                c.chunks_exact(4)
+                    .zip(s)
+                    .map(|(c, &s)| c.iter().map(|&v| i32::from(v)).sum::<i32>() << s)
+                    .sum()
+            })
+            .collect();
+        let bias = if kind.offset == 0 {
+            Vec::new()
+        } else {
+            codes
+                .chunks_exact(4)
+                .map(|c| -kind.offset * c.iter().map(|&v| i32::from(v)).sum::<i32>())
+                .collect()
+        };
+        let pow2 = if kind.block == 256 {
+            shift.iter().flat_map(|&s| [1i16 << s; 2]).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(QRow {
+            kind,
+            codes,
+            d,
+            shift,
+            pow2,
+            bias,
+            sums,
+        })
+    }
+
+    /// The kind the row was quantized for.
+    pub fn kind(&self) -> QKind {
+        self.kind
+    }
+
+    /// Values in the row.
+    pub fn len(&self) -> usize {
+        self.codes.len()
+    }
+
+    /// Whether the row is empty.
+    pub fn is_empty(&self) -> bool {
+        self.codes.is_empty()
+    }
+
+    /// The codes, one per value, in the kind's order ([`half_offsets`]).
+    pub fn codes(&self) -> &[i8] {
+        &self.codes
+    }
+
+    /// The shift of each lane of 4 stored codes.
+    pub fn shifts(&self) -> &[u32] {
+        &self.shift
+    }
+
+    /// The scale of each block.
+    pub fn scales(&self) -> &[f32] {
+        &self.d
+    }
+
+    /// `Σ codes[i] << shift[i/4]` of each 16 stored codes.
+    pub fn sums16(&self) -> &[i32] {
+        &self.sums
+    }
+
+    /// The row as the kernels see it, in value order: `d_b·(y_i << s_i)`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let bs = self.kind.block;
+        let nb = self.codes.len() / bs.max(1);
+        let mut out = vec![0f32; self.codes.len()];
+        for (i, o) in out.iter_mut().enumerate() {
+            let at = if bs == 32 {
+                half_offsets(self.kind.interleave, nb, i / 32)[(i % 32) / 16] + i % 16
+            } else {
+                i
+            };
+            let (c, s) = (self.codes.get(at), self.shift.get(at / 4));
+            if let (Some(&c), Some(&s), Some(&d)) = (c, s, self.d.get(i / bs)) {
+                *o = d * f32::from(i16::from(c) << s);
+            }
+        }
+        out
+    }
+}
+
+/// Reorders whole runs of 4 blocks of `v` (8 parts of `part` items each:
+/// the halves of 4 blocks) to halves 0 of the 4 blocks, then halves 1.
+fn interleave<T: Copy>(v: &mut [T], part: usize) {
+    for run in v.chunks_exact_mut(8 * part) {
+        let old = run.to_vec();
+        for (k, block) in old.chunks_exact(2 * part).enumerate() {
+            for (h, half) in block.chunks_exact(part).enumerate() {
+                let at = (4 * h + k) * part;
+                if let Some(dst) = run.get_mut(at..at + part) {
+                    dst.copy_from_slice(half);
+                }
+            }
+        }
+    }
+}
