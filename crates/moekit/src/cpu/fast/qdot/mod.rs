@@ -86,8 +86,13 @@ fn add_block(acc: &mut Acc, b: usize, s: f32, l: [i32; 8]) {
 /// `((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))`.
 #[inline(always)]
 fn finish(a: &Acc, off: f32) -> f32 {
+    // Plain loops (inlined into the level's context); `array::from_fn` was
+    // left out of line, a call per weight row.
     let [a0, a1, a2, a3] = a;
-    let l: [f32; 8] = std::array::from_fn(|j| (a0[j] + a1[j]) + (a2[j] + a3[j]));
+    let mut l = [0f32; 8];
+    for (j, l) in l.iter_mut().enumerate() {
+        *l = (a0[j] + a1[j]) + (a2[j] + a3[j]);
+    }
     (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) - off
 }
 

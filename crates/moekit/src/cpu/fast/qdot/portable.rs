@@ -49,12 +49,14 @@ run_fn!(run_q4_k, q4_k);
 /// two halves, `y0` (weights 0..16) and `y1` (16..32).
 #[inline(always)]
 fn lanes(w: &[i32; 32], y0: &[i8], y1: &[i8]) -> [i32; 8] {
-    std::array::from_fn(|j| {
+    let mut l = [0i32; 8];
+    for (j, l) in l.iter_mut().enumerate() {
         let y = if j < 4 { y0 } else { y1 };
-        (0..4)
-            .map(|k| w[4 * j + k] * y.get(4 * (j % 4) + k).map_or(0, |&v| i32::from(v)))
-            .sum()
-    })
+        for k in 0..4 {
+            *l += w[4 * j + k] * y.get(4 * (j % 4) + k).map_or(0, |&v| i32::from(v));
+        }
+    }
+    l
 }
 
 /// `(l[j] + bias[j]) << shift[j]` of the 8 lanes of a block whose halves

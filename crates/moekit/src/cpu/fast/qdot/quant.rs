@@ -101,6 +101,9 @@ fn round_even(v: f32) -> f32 {
     (v + MAGIC) - MAGIC
 }
 
+/// The bits of `|v|`.
+const ABS: u32 = 0x7fff_ffff;
+
 /// Largest lane shift: a lane's step is `amax/127` divided by up to
 /// `2^MAX_SHIFT`.
 const MAX_SHIFT: u32 = 3;
@@ -117,7 +120,7 @@ impl QRow {
     /// 127`) and stand for `d·(code << s)`. So a lane of small values gets
     /// up to 8 times finer steps than the block's largest value allows.
     pub fn new(x: &[f32], kind: QKind) -> Result<QRow> {
-        if kind.block == 0 || x.len() % kind.block != 0 {
+        if kind.block == 0 || kind.block > 256 || x.len() % kind.block != 0 {
             return Err(invalid(
                 "QRow::new",
                 "x",
@@ -128,49 +131,56 @@ impl QRow {
         let n = x.len();
         let mut codes = vec![0i8; n];
         let mut shift = vec![0u32; n / 4];
-        let mut d = Vec::with_capacity(n / kind.block);
+        let mut d = vec![0f32; n / kind.block];
         let blocks = x
             .chunks_exact(kind.block)
             .zip(codes.chunks_exact_mut(kind.block))
-            .zip(shift.chunks_exact_mut(kind.block / 4));
-        for ((xb, cb), sb) in blocks {
-            let amax = xb.iter().fold(0f32, |m, &v| m.max(v.abs()));
-            if !xb.iter().all(|v| v.is_finite()) {
-                d.push(f32::NAN);
+            .zip(shift.chunks_exact_mut(kind.block / 4))
+            .zip(&mut d);
+        for (((xb, cb), sb), d) in blocks {
+            // The largest magnitude as the largest `|v|` bit pattern (the
+            // order of non-negative floats; an integer max vectorizes),
+            // at least infinity's if a value is infinite or NaN.
+            let top = xb.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS));
+            if top >= f32::INFINITY.to_bits() {
+                *d = f32::NAN;
                 continue;
             }
+            let amax = f32::from_bits(top);
             if amax == 0.0 {
-                d.push(0.0);
                 continue;
             }
             let id = 127.0 / amax;
-            for ((xl, cl), sl) in xb.chunks_exact(4).zip(cb.chunks_exact_mut(4)).zip(sb) {
-                let a = xl.iter().fold(0f32, |m, &v| m.max(v.abs()));
-                // Powers of two scale exactly.
-                let mut s = MAX_SHIFT;
-                while s > 0 && a * (1 << (MAX_SHIFT + 1 - s)) as f32 <= amax {
-                    s -= 1;
-                }
+            // Each value's factor (`id·2^(3−s)` of its lane), then one flat
+            // loop that vectorizes.
+            let mut f = [0f32; 256];
+            for ((xl, fl), sl) in xb.chunks_exact(4).zip(f.chunks_exact_mut(4)).zip(&mut *sb) {
+                let a = f32::from_bits(xl.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS)));
+                // The smallest shift s with a·2^(3−s) ≤ amax (powers of two
+                // scale exactly; the three tests are nested).
+                let fits = |k: f32| u32::from(a * k <= amax);
+                let s = MAX_SHIFT - (fits(2.0) + fits(4.0) + fits(8.0));
                 *sl = s;
-                let id = id * (1 << (MAX_SHIFT - s)) as f32;
-                for (c, &v) in cl.iter_mut().zip(xl) {
-                    // |v·id| ≤ 127 (+ rounding): the cast saturates at 127.
-                    *c = round_even(v * id) as i32 as i8;
-                }
+                fl.fill(id * (1u32 << (MAX_SHIFT - s)) as f32);
             }
-            d.push(amax / (127 << MAX_SHIFT) as f32);
+            for ((c, &v), &f) in cb.iter_mut().zip(xb).zip(&f) {
+                // |v·f| ≤ 127 (+ rounding): the cast saturates at 127.
+                *c = round_even(v * f) as i32 as i8;
+            }
+            *d = amax / (127 << MAX_SHIFT) as f32;
         }
         if kind.interleave {
-            interleave(&mut codes, 16);
-            interleave(&mut shift, 4);
+            interleave::<_, 16>(&mut codes);
+            interleave::<_, 4>(&mut shift);
         }
+        let lane_sum = |c: &[i8]| -> i32 { c.iter().map(|&v| i32::from(v)).sum() };
         let sums = codes
             .chunks_exact(16)
             .zip(shift.chunks_exact(4))
             .map(|(c, s)| {
                 c.chunks_exact(4)
                     .zip(s)
-                    .map(|(c, &s)| c.iter().map(|&v| i32::from(v)).sum::<i32>() << s)
+                    .map(|(c, &s)| lane_sum(c) << s)
                     .sum()
             })
             .collect();
@@ -179,7 +189,7 @@ impl QRow {
         } else {
             codes
                 .chunks_exact(4)
-                .map(|c| -kind.offset * c.iter().map(|&v| i32::from(v)).sum::<i32>())
+                .map(|c| -kind.offset * lane_sum(c))
                 .collect()
         };
         let pow2 = if kind.block == 256 {
@@ -253,15 +263,18 @@ impl QRow {
     }
 }
 
-/// Reorders whole runs of 4 blocks of `v` (8 parts of `part` items each:
-/// the halves of 4 blocks) to halves 0 of the 4 blocks, then halves 1.
-fn interleave<T: Copy>(v: &mut [T], part: usize) {
-    for run in v.chunks_exact_mut(8 * part) {
-        let old = run.to_vec();
-        for (k, block) in old.chunks_exact(2 * part).enumerate() {
-            for (h, half) in block.chunks_exact(part).enumerate() {
-                let at = (4 * h + k) * part;
-                if let Some(dst) = run.get_mut(at..at + part) {
+/// Reorders whole runs of 4 blocks of `v` (8 parts of `P` items each: the
+/// halves of 4 blocks) to halves 0 of the 4 blocks, then halves 1.
+fn interleave<T: Copy + Default, const P: usize>(v: &mut [T]) {
+    for run in v.chunks_exact_mut(8 * P) {
+        let mut old = [[T::default(); P]; 8];
+        for (o, part) in old.iter_mut().zip(run.chunks_exact(P)) {
+            o.copy_from_slice(part);
+        }
+        for (k, halves) in old.chunks_exact(2).enumerate() {
+            for (h, half) in halves.iter().enumerate() {
+                let at = (4 * h + k) * P;
+                if let Some(dst) = run.get_mut(at..at + P) {
                     dst.copy_from_slice(half);
                 }
             }
