@@ -62,11 +62,15 @@ fn code_at(t: GgmlType, nb: usize, b: usize, i: usize) -> usize {
 /// The scalar definition: lanes `L[j] = Σ_{k<4} w·y` over weights `4j..4j+4`
 /// of each 32, shifted by the codes' lane shift (times the group scale for
 /// Q4_K), `A[b % 4][j] = fma(s_b, f32(L[j]), A[b % 4][j])`, then
-/// `Σ_j ((A0 + A1) + (A2 + A3))` in a fixed tree, minus the mins.
+/// `Σ_j ((A0 + A1) + (A2 + A3))` in a fixed tree, minus the offset terms
+/// (Q4_0: `O[b % 4] = fma(s_b, 8·Σ(y << s), O[b % 4])`; Q4_K: the mins,
+/// `O[b % 4] = fma(dmin_b·d_b, Σ m·Σy, O[b % 4])`; summed
+/// `(O0 + O1) + (O2 + O3)`).
 fn reference(t: GgmlType, row: &[u8], a: &QRow) -> f32 {
     let (y, dx, sh) = (a.codes(), a.scales(), a.shifts());
     let mut acc = [[0f32; 8]; 4];
     let mut off = 0f32;
+    let mut offs = [0f32; 4];
     let bs = t.type_size();
     let nb = row.len() / bs;
     // Lanes of 32 weights whose codes are at `pos(i)`, each shifted by its
@@ -82,13 +86,22 @@ fn reference(t: GgmlType, row: &[u8], a: &QRow) -> f32 {
     for (b, blk) in row.chunks_exact(bs).enumerate() {
         let (l, s) = match t {
             GgmlType::Q4_0 => {
+                // Codes 0..16; the −8 as the block's offset term.
                 let w: Vec<i32> = (0..32)
                     .map(|i| {
                         let q = blk[2 + i % 16];
-                        i32::from(if i < 16 { q & 15 } else { q >> 4 }) - 8
+                        i32::from(if i < 16 { q & 15 } else { q >> 4 })
                     })
                     .collect();
-                (lanes(&w, &|i| code_at(t, nb, b, i)), f16_at(blk) * dx[b])
+                let s = f16_at(blk) * dx[b];
+                let ysum: i32 = (0..32)
+                    .map(|i| {
+                        let at = code_at(t, nb, b, i);
+                        i32::from(y[at]) << sh[at / 4]
+                    })
+                    .sum();
+                offs[b % 4] = s.mul_add((8 * ysum) as f32, offs[b % 4]);
+                (lanes(&w, &|i| code_at(t, nb, b, i)), s)
             }
             GgmlType::Q8_0 => {
                 let w: Vec<i32> = (0..32).map(|i| i32::from(blk[2 + i] as i8)).collect();
@@ -111,7 +124,7 @@ fn reference(t: GgmlType, row: &[u8], a: &QRow) -> f32 {
                             .map(|i| i32::from(y[at + i]) << sh[(at + i) / 4])
                             .sum::<i32>();
                 }
-                off = (f16_at(&blk[2..]) * dx[b]).mul_add(summ as f32, off);
+                offs[b % 4] = (f16_at(&blk[2..]) * dx[b]).mul_add(summ as f32, offs[b % 4]);
                 (l, f16_at(blk) * dx[b])
             }
             _ => unreachable!(),
@@ -123,6 +136,7 @@ fn reference(t: GgmlType, row: &[u8], a: &QRow) -> f32 {
     let l: Vec<f32> = (0..8)
         .map(|j| (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]))
         .collect();
+    off += (offs[0] + offs[1]) + (offs[2] + offs[3]);
     (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) - off
 }
 
@@ -441,7 +455,8 @@ fn dispatch_picks_the_best_integer_level() {
 /// --release --test cpu_qdot -- --ignored --nocapture`; formats from
 /// `QDOT_BENCH_FORMATS`, row length from `QDOT_BENCH_K`, rows per expert
 /// from `QDOT_BENCH_ROWS` (e.g. 128: a working set in L2), activation rows
-/// per call from `QDOT_BENCH_T`, levels from `QDOT_BENCH_LEVELS`). Best of
+/// per call from `QDOT_BENCH_T`, levels from `QDOT_BENCH_LEVELS`, experts
+/// from `QDOT_BENCH_E`: e.g. 32 for weights beyond the L3 cache). Best of
 /// interleaved rounds.
 #[test]
 #[ignore]
@@ -452,7 +467,7 @@ fn bench_qdot_rows() {
     let k = env("QDOT_BENCH_K", 2048);
     let n = env("QDOT_BENCH_ROWS", 2304 * 2048 / k);
     let tn = env("QDOT_BENCH_T", 1);
-    let e = 8;
+    let e = env("QDOT_BENCH_E", 8);
     let xs: Vec<Vec<f32>> = (0..tn).map(|t| activations(k, t as u64)).collect();
     let sums: Vec<XSums> = xs.iter().map(|x| XSums::new(x)).collect();
     let levels: Vec<SimdLevel> = match std::env::var("QDOT_BENCH_LEVELS") {

@@ -31,8 +31,11 @@
 //! lanes take the blocks in turn, `A[b % 4][j] = fma(s_b, f32(L_b[j]),
 //! A[b % 4][j])` (one rounding), then [`finish`] sums
 //! `(A0 + A1) + (A2 + A3)` lane by lane, the lanes in a fixed tree, and
-//! subtracts the min terms (Q4_K's `off = fma(dmin_b·d_b, f32(Σ_g m_g·Σy_g),
-//! off)`, in block order). Every level computes exactly this, so the
+//! subtracts the offset terms: Q4_0's `q − 8` as
+//! `O[b % 4] = fma(s_b, 8·Σ(y << s), O[b % 4])`, `(O0 + O1) + (O2 + O3)`
+//! (the integer lanes then hold `Σ q·y` alone: no per-lane bias to load);
+//! Q4_K's mins likewise, `O[b % 4] = fma(dmin_b·d_b, f32(Σ_g m_g·Σy_g),
+//! O[b % 4])`. Every level computes exactly this, so the
 //! [`Portable`](SimdLevel::Portable), AVX2 and VNNI kernels give
 //! bit-identical results, and a result depends only on its weight row and
 //! activation row (batch- and thread-invariant).
@@ -79,6 +82,21 @@ fn add_block(acc: &mut Acc, b: usize, s: f32, l: [i32; 8]) {
             *a = s.mul_add(l as f32, *a);
         }
     }
+}
+
+/// `O[b % 4] = fma(s, off, O[b % 4])`: block `b`'s offset term (Q4_0's
+/// `8·Σ(y << s)`) into the offset accumulators.
+#[inline(always)]
+fn add_offset(o: &mut [f32; RUN], b: usize, s: f32, off: f32) {
+    if let Some(o) = o.get_mut(b % RUN) {
+        *o = s.mul_add(off, *o);
+    }
+}
+
+/// The offset accumulators summed: `(O0 + O1) + (O2 + O3)`.
+#[inline(always)]
+fn offsets(o: &[f32; RUN]) -> f32 {
+    (o[0] + o[1]) + (o[2] + o[3])
 }
 
 /// The dot from the lane accumulators and the min terms:
@@ -172,27 +190,38 @@ fn each_row<const R: usize>(
 struct Rows<'a, const R: usize> {
     /// Codes: `nb·block` each.
     y: [&'a [i8]; R],
-    /// Lane biases: `nb·block/4` each (empty for kinds without an offset).
+    /// Lane biases: `nb·block/4` each (empty for kinds without one).
     bias: [&'a [i32]; R],
-    /// Sums of 16: `nb·block/16` each.
-    sums: [&'a [i32]; R],
+    /// Block offsets: `nb` each (empty for kinds without one).
+    boff: [&'a [f32]; R],
+    /// 16-bit sums of 32: `nb·block/32` each (empty for 32-value blocks).
+    gsum: [&'a [i16]; R],
     /// Lane shifts: `nb·block/4` each.
     shift: [&'a [u32]; R],
     /// Pair multipliers: `nb·block/2` each (empty for 32-value blocks).
     pow2: [&'a [i16]; R],
+    /// Lane multipliers as f32: `nb·block/4` each (empty for 256-value
+    /// blocks).
+    pow2f: [&'a [f32]; R],
     /// Block scales: `nb` each.
     d: [&'a [f32]; R],
 }
 
 impl<'a, const R: usize> Rows<'a, R> {
     /// The rows, if each holds `nb` blocks of its kind (with lane biases
-    /// if `with_bias`).
+    /// if `with_bias`, block offsets if `with_off`).
     #[inline(always)]
     fn new(acts: &[&'a QRow; R], nb: usize, with_bias: bool) -> Option<Self> {
         for a in acts {
             let n = nb.checked_mul(a.kind.block)?;
-            let bias_ok = !with_bias || a.bias.len() == n / 4;
-            let pow2_ok = a.kind.block != 256 || a.pow2.len() == n / 2;
+            let with_off = a.kind.offset != 0 && !a.kind.lane_bias;
+            let bias_ok =
+                (!with_bias || a.bias.len() == n / 4) && (!with_off || a.boff.len() == nb);
+            let pow2_ok = if a.kind.block == 256 {
+                a.pow2.len() == n / 2 && a.gsum.len() == n / 32
+            } else {
+                a.pow2f.len() == n / 4
+            };
             let ok = a.codes.len() == n
                 && a.sums.len() == n / 16
                 && a.shift.len() == n / 4
@@ -204,9 +233,11 @@ impl<'a, const R: usize> Rows<'a, R> {
         Some(Rows {
             y: std::array::from_fn(|t| acts[t].codes.as_slice()),
             bias: std::array::from_fn(|t| acts[t].bias.as_slice()),
-            sums: std::array::from_fn(|t| acts[t].sums.as_slice()),
+            boff: std::array::from_fn(|t| acts[t].boff.as_slice()),
+            gsum: std::array::from_fn(|t| acts[t].gsum.as_slice()),
             shift: std::array::from_fn(|t| acts[t].shift.as_slice()),
             pow2: std::array::from_fn(|t| acts[t].pow2.as_slice()),
+            pow2f: std::array::from_fn(|t| acts[t].pow2f.as_slice()),
             d: std::array::from_fn(|t| acts[t].d.as_slice()),
         })
     }

@@ -4,8 +4,8 @@
 //! functions here for the blocks after a row's last whole run of 4).
 
 use super::{
-    add_block, block_scales, each_row, finish, half_offsets, run_rows, widen8_f16, Acc, QRow, Run,
-    RUN,
+    add_block, add_offset, block_scales, each_row, finish, half_offsets, offsets, run_rows,
+    widen8_f16, Acc, QRow, Run, RUN,
 };
 use crate::cpu::fast::dot::k4_scales_mins;
 use crate::error::Result;
@@ -59,26 +59,19 @@ fn lanes(w: &[i32; 32], y0: &[i8], y1: &[i8]) -> [i32; 8] {
     l
 }
 
-/// `(l[j] + bias[j]) << shift[j]` of the 8 lanes of a block whose halves
-/// are stored at `at` (lanes `at[h]/4..at[h]/4 + 4`); no bias if the row
-/// has none.
+/// `l[j] << shift[j]` of the 8 lanes of a block whose halves are stored
+/// at `at` (lanes `at[h]/4..at[h]/4 + 4`).
 #[inline(always)]
 fn finish_lanes(a: &QRow, at: [usize; 2], l: [i32; 8]) -> Option<[i32; 8]> {
     let mut out = [0i32; 8];
     for (j, (o, l)) in out.iter_mut().zip(l).enumerate() {
-        let lane = at[j / 4] / 4 + j % 4;
-        let bias = if a.bias.is_empty() {
-            0
-        } else {
-            *a.bias.get(lane)?
-        };
-        *o = (l + bias) << *a.shift.get(lane)?;
+        *o = l << *a.shift.get(at[j / 4] / 4 + j % 4)?;
     }
     Some(out)
 }
 
 /// The lanes of the 32 weights `w` against 32-value block `b` (of `nb`) of
-/// `a`, biased and shifted.
+/// `a`, shifted.
 #[inline(always)]
 fn block_lanes(a: &QRow, nb: usize, b: usize, w: &[i32; 32]) -> Option<[i32; 8]> {
     let at = half_offsets(a.kind.interleave, nb, b);
@@ -102,7 +95,8 @@ fn q4_0_codes(qs: &[u8]) -> [i32; 32] {
 }
 
 /// The lanes of Q4_0 block `b` (18 bytes: f16 `d`, 16 nibble bytes)
-/// against `a`: `q·y` plus the bias `−8·Σy`, shifted.
+/// against `a`: `q·y` (codes 0..16), shifted; the `−8` is the block's
+/// offset term.
 #[inline(always)]
 pub(super) fn q4_0_lanes(blk: &[u8], a: &QRow, nb: usize, b: usize) -> Option<[i32; 8]> {
     block_lanes(a, nb, b, &q4_0_codes(blk.get(2..18)?))
@@ -147,10 +141,14 @@ fn blocks32<const R: usize, const BS: usize>(
         let s = block_scales(row, BS, &ds, s, widen8_f16::<BS, 0>)?;
         for ((a, o), st) in acts.iter().zip(out.iter_mut()).zip(s.chunks_exact(nb)) {
             let mut acc: Acc = [[0f32; 8]; RUN];
+            let mut off = [0f32; RUN];
             for (b, (blk, &sb)) in row.chunks_exact(BS).zip(st).enumerate() {
                 add_block(&mut acc, b, sb, lanes(blk, a, nb, b)?);
+                if let Some(&bo) = a.boff.get(b) {
+                    add_offset(&mut off, b, sb, bo);
+                }
             }
-            *o = finish(&acc, 0.0);
+            *o = finish(&acc, offsets(&off));
         }
         Some(())
     })
@@ -229,13 +227,13 @@ fn q4_k<const R: usize>(
         let per_row = sd.chunks_exact(nb).zip(sm.chunks_exact(nb));
         for ((a, o), (sd, sm)) in acts.iter().zip(out.iter_mut()).zip(per_row) {
             let mut acc: Acc = [[0f32; 8]; RUN];
-            let mut off = 0f32;
+            let mut off = [0f32; RUN];
             for (b, blk) in row.chunks_exact(BS).enumerate() {
                 let (l, summ) = q4_k_lanes(blk, a, b)?;
                 add_block(&mut acc, b, *sd.get(b)?, l);
-                off = sm.get(b)?.mul_add(summ as f32, off);
+                add_offset(&mut off, b, *sm.get(b)?, summ as f32);
             }
-            *o = finish(&acc, off);
+            *o = finish(&acc, offsets(&off));
         }
         Some(())
     })

@@ -10,9 +10,13 @@ use crate::format::{RawRow, RowDecoder};
 pub struct QKind {
     /// Values per activation scale: 32 or 256.
     pub(super) block: usize,
-    /// Offset `c` of the weight codes (Q4_0: 8): each lane of 4 codes
-    /// carries `−c·Σy` (the row's biases); 0 for none.
+    /// Offset `c` of the weight codes (Q4_0: 8, Q8_0 at the VNNI levels:
+    /// 128); 0 for none. Applied per lane of 4 codes (`−c·Σy` in the
+    /// integer lanes: the row's lane biases) if `lane_bias`, else per block
+    /// in float (the row's block offsets `c·Σ(y << s)`).
     pub(super) offset: i32,
+    /// Whether the offset is a lane bias (else a block offset).
+    pub(super) lane_bias: bool,
     /// Codes stored interleaved for the nibble kernels: in each whole run of
     /// 4 blocks of 32, the first 16 codes of blocks 0..4, then their last
     /// 16 ([`half_offsets`]); other blocks in order.
@@ -34,19 +38,20 @@ impl QKind {
 /// The activation quantization of weights of type `t`, if it has integer
 /// dot kernels.
 pub fn kind_of(t: GgmlType) -> Option<QKind> {
-    let kind = |block, offset, interleave| {
+    let kind = |block, offset, lane_bias, interleave| {
         Some(QKind {
             block,
             offset,
+            lane_bias,
             interleave,
         })
     };
     match t {
-        GgmlType::Q4_0 => kind(32, 8, true),
+        GgmlType::Q4_0 => kind(32, 8, false, true),
         // The VNNI kernels offset the signed codes by 128 (`vpdpbusd` takes
         // unsigned × signed).
-        GgmlType::Q8_0 => kind(32, 128, false),
-        GgmlType::Q4_K => kind(256, 0, false),
+        GgmlType::Q8_0 => kind(32, 128, true, false),
+        GgmlType::Q4_K => kind(256, 0, false, false),
         _ => None,
     }
 }
@@ -77,20 +82,77 @@ pub fn half_offsets(interleave: bool, nb: usize, b: usize) -> [usize; 2] {
 pub struct QRow {
     pub(super) kind: QKind,
     /// Codes, one per value (in the kind's order).
-    pub(super) codes: Vec<i8>,
+    pub(super) codes: Aligned<i8>,
     /// Scale per block (`amax/(127·8)`).
     pub(super) d: Vec<f32>,
     /// Shift (0..=3) of each lane of 4 stored codes: code `i` stands for
     /// `d·(codes[i] << shift[i/4])`.
-    pub(super) shift: Vec<u32>,
+    pub(super) shift: Aligned<u32>,
     /// `2^shift` of each pair of codes (the 16-bit multiplier of the K-quant
     /// kernels; empty for 32-value blocks).
-    pub(super) pow2: Vec<i16>,
-    /// `−offset·Σ` of each lane of 4 stored codes, not shifted (empty for
-    /// offset 0).
-    pub(super) bias: Vec<i32>,
+    pub(super) pow2: Aligned<i16>,
+    /// `2^shift` of each lane as f32 (for 32-value blocks: the 512-bit
+    /// kernels scale the lanes in float, `fma(s·2^sh, f32(L), A)`, which
+    /// equals `fma(s, f32(L << sh), A)` exactly; empty for 256-value blocks).
+    pub(super) pow2f: Aligned<f32>,
+    /// `−offset·Σ` of each lane of 4 stored codes, not shifted (empty
+    /// unless the kind has a lane bias).
+    pub(super) bias: Aligned<i32>,
+    /// `offset·Σ_i (codes[i] << shift[i/4])` of each block, exact in f32
+    /// (empty unless the kind has a block offset).
+    pub(super) boff: Aligned<f32>,
     /// `Σ codes[i] << shift[i/4]` of each 16 stored codes.
-    pub(super) sums: Vec<i32>,
+    pub(super) sums: Aligned<i32>,
+    /// The same of each 32 (`|Σ| ≤ 32·127·8`: 16 bits), for 256-value
+    /// blocks (the K-quants' mins: one `vpmaddwd` with the 8 mins); empty
+    /// for 32-value blocks.
+    pub(super) gsum: Aligned<i16>,
+}
+
+/// 64 bytes on a 64-byte boundary: the unit of [`Aligned`].
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct Line([u8; 64]);
+
+/// A slice of `T` that starts on a 64-byte boundary: the kernels' 512-bit
+/// loads of a row's codes, biases and multipliers then each touch one cache
+/// line (unaligned, most touched two, and the loads of a Q4_0 run were
+/// bound by the cache's line accesses).
+#[derive(Clone, Debug)]
+pub(super) struct Aligned<T> {
+    lines: Vec<Line>,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: bytemuck::Pod> Aligned<T> {
+    /// A copy of `v`.
+    fn from_slice(v: &[T]) -> Self {
+        let bytes = std::mem::size_of_val(v);
+        let mut lines = vec![Line([0; 64]); bytes.div_ceil(64)];
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut lines);
+        if let Some(dst) = dst.get_mut(..bytes) {
+            dst.copy_from_slice(bytemuck::cast_slice(v));
+        }
+        Aligned {
+            lines,
+            len: v.len(),
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    /// The values.
+    pub(super) fn as_slice(&self) -> &[T] {
+        let all: &[T] = bytemuck::cast_slice(&self.lines);
+        all.get(..self.len).unwrap_or(&[])
+    }
+}
+
+impl<T: bytemuck::Pod> std::ops::Deref for Aligned<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.as_slice()
+    }
 }
 
 /// Round to nearest, ties to even, for `|v| < 2²²` (the f32 addition
@@ -174,7 +236,7 @@ impl QRow {
             interleave::<_, 4>(&mut shift);
         }
         let lane_sum = |c: &[i8]| -> i32 { c.iter().map(|&v| i32::from(v)).sum() };
-        let sums = codes
+        let sums: Vec<i32> = codes
             .chunks_exact(16)
             .zip(shift.chunks_exact(4))
             .map(|(c, s)| {
@@ -184,7 +246,32 @@ impl QRow {
                     .sum()
             })
             .collect();
-        let bias = if kind.offset == 0 {
+        let gsum: Vec<i16> = if kind.block == 256 {
+            sums.chunks_exact(2).map(|p| (p[0] + p[1]) as i16).collect()
+        } else {
+            Vec::new()
+        };
+        let boff: Vec<f32> = if kind.offset == 0 || kind.lane_bias {
+            Vec::new()
+        } else {
+            // ≤ 128·32·127·8 < 2^24: exact.
+            let lanes = codes.chunks_exact(4).zip(&shift);
+            let shifted: Vec<i32> = lanes.map(|(c, &s)| lane_sum(c) << s).collect();
+            // A block's lanes: stored in its two halves (`half_offsets`).
+            let nb = n / kind.block;
+            (0..nb)
+                .map(|b| {
+                    let at = half_offsets(kind.interleave, nb, b);
+                    let half = |h: usize| -> i32 {
+                        shifted
+                            .get(at[h] / 4..at[h] / 4 + 4)
+                            .map_or(0, |v| v.iter().sum())
+                    };
+                    (kind.offset * (half(0) + half(1))) as f32
+                })
+                .collect()
+        };
+        let bias: Vec<i32> = if kind.offset == 0 || !kind.lane_bias {
             Vec::new()
         } else {
             codes
@@ -192,19 +279,28 @@ impl QRow {
                 .map(|c| -kind.offset * lane_sum(c))
                 .collect()
         };
-        let pow2 = if kind.block == 256 {
-            shift.iter().flat_map(|&s| [1i16 << s; 2]).collect()
+        let (pow2, pow2f): (Vec<i16>, Vec<f32>) = if kind.block == 256 {
+            (
+                shift.iter().flat_map(|&s| [1i16 << s; 2]).collect(),
+                Vec::new(),
+            )
         } else {
-            Vec::new()
+            (
+                Vec::new(),
+                shift.iter().map(|&s| (1u32 << s) as f32).collect(),
+            )
         };
         Ok(QRow {
             kind,
-            codes,
+            codes: Aligned::from_slice(&codes),
             d,
-            shift,
-            pow2,
-            bias,
-            sums,
+            shift: Aligned::from_slice(&shift),
+            pow2: Aligned::from_slice(&pow2),
+            pow2f: Aligned::from_slice(&pow2f),
+            bias: Aligned::from_slice(&bias),
+            boff: Aligned::from_slice(&boff),
+            gsum: Aligned::from_slice(&gsum),
+            sums: Aligned::from_slice(&sums),
         })
     }
 

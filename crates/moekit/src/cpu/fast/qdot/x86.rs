@@ -381,12 +381,17 @@ pub(super) fn f16_pair<const BS: usize>(blk: &[u8; BS]) -> (f32, f32) {
     }
 }
 
-/// `Σ_g m_g·Σy_g` of a super-block's mins and the 16 sums of 16 codes.
+/// `Σ_g m_g·Σy_g` of a super-block's 8 mins and the 8 sums of 32 codes:
+/// one `vpmaddwd`, then the 4 products summed (exact integers).
 #[inline(always)]
-pub(super) fn k4_mins(m: &[u8; 8], sums: &[i32; 16]) -> i32 {
-    let mut summ = 0i32;
-    for (g, &m) in m.iter().enumerate() {
-        summ += i32::from(m) * (sums[2 * g] + sums[2 * g + 1]);
+pub(super) fn k4_mins(m: &[u8; 8], gsum: &[i16; 8]) -> i32 {
+    // SAFETY: `gsum` is 16 readable bytes; the level was detected (module
+    // doc).
+    unsafe {
+        let m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(u64::from_le_bytes(*m) as i64));
+        let p = _mm_madd_epi16(m16, _mm_loadu_si128(gsum.as_ptr().cast()));
+        let p = _mm_add_epi32(p, _mm_shuffle_epi32::<0b01_00_11_10>(p));
+        let p = _mm_add_epi32(p, _mm_shuffle_epi32::<0b10_11_00_01>(p));
+        _mm_cvtsi128_si32(p)
     }
-    summ
 }

@@ -25,10 +25,12 @@
 
 use super::portable::{q4_0_lanes, q8_0_lanes};
 use super::x86::{
-    acc_of, f16_pair, fma_lanes, group_scale, k4_mins, k4_scales16, load256, load_x16, load_x8,
-    nibbles, q4_0_pair, scales, shift, splat, splat2x4, to_array, zero, Dot,
+    acc_of, f16_pair, fma_lanes, group_scale, k4_mins, k4_scales16, load256, load_x16, nibbles,
+    q4_0_pair, scales, shift, splat, splat2x4, to_array, zero, Dot,
 };
-use super::{add_block, chunk, each_row, finish, run_rows, Acc, QRow, Rows, Run, RUN};
+use super::{
+    add_block, add_offset, chunk, each_row, finish, offsets, run_rows, Acc, QRow, Rows, Run, RUN,
+};
 use crate::error::Result;
 use crate::format::ggml::GgmlType;
 use crate::format::RowDecoder;
@@ -84,10 +86,12 @@ run_fn!(run_q8_0, q8_0);
 run_fn!(run_q4_k, q4_k);
 
 /// Adds the blocks after the last whole run of 4 (`b ≥ 4·runs`) of a row
-/// of `BS`-byte blocks with the portable lanes, then finishes the dot.
+/// of `BS`-byte blocks with the portable lanes (and their offset terms),
+/// then finishes the dot.
 #[inline(always)]
-fn tail_finish<const BS: usize>(
+pub(super) fn tail_finish<const BS: usize>(
     mut acc: Acc,
+    mut off: [f32; RUN],
     row: &[u8],
     st: &[f32],
     a: &QRow,
@@ -95,18 +99,17 @@ fn tail_finish<const BS: usize>(
     lanes: impl Fn(&[u8], &QRow, usize, usize) -> Option<[i32; 8]>,
 ) -> Option<f32> {
     for b in nb / RUN * RUN..nb {
-        add_block(
-            &mut acc,
-            b,
-            *st.get(b)?,
-            lanes(row.get(b * BS..)?, a, nb, b)?,
-        );
+        let s = *st.get(b)?;
+        add_block(&mut acc, b, s, lanes(row.get(b * BS..)?, a, nb, b)?);
+        if let Some(&bo) = a.boff.get(b) {
+            add_offset(&mut off, b, s, bo);
+        }
     }
-    Some(finish(&acc, 0.0))
+    Some(finish(&acc, offsets(&off)))
 }
 
-/// Q4_0: per pair of blocks, `vpdpbusd(−8·Σy, q, y)` of the low and of the
-/// high nibbles, shifted.
+/// Q4_0: per pair of blocks, `vpdpbusd(0, q, y)` of the low and of the
+/// high nibbles, shifted; the `−8` as the blocks' offset terms.
 #[inline(always)]
 fn q4_0<D: Dot, const R: usize>(
     bytes: &[u8],
@@ -118,7 +121,7 @@ fn q4_0<D: Dot, const R: usize>(
 ) -> Option<()> {
     const BS: usize = 18;
     let nb = row_len / BS;
-    let rows = Rows::new(acts, nb, true)?;
+    let rows = Rows::new(acts, nb, false)?;
     each_row::<R>(
         bytes,
         row_len,
@@ -127,8 +130,11 @@ fn q4_0<D: Dot, const R: usize>(
         #[inline(always)]
         |row, out| {
             let st = scales::<R, BS, 0>(row, &rows.d, s)?;
-            // acc[t][p][h]: pair p of the run, lanes 4h..4h + 4 of its blocks.
+            // acc[t][p][h]: pair p of the run, lanes 4h..4h + 4 of its blocks;
+            // off[t]: the offset terms O[0..4].
             let mut acc = [[[zero(); 2]; 2]; R];
+            // SAFETY: no memory is accessed; the level was detected.
+            let mut off = [unsafe { _mm_setzero_ps() }; R];
             for (g, run) in row.chunks_exact(RUN * BS).enumerate() {
                 for (p, two) in run.chunks_exact(2 * BS).enumerate() {
                     let (b0, b1) = two.split_at(BS);
@@ -138,26 +144,39 @@ fn q4_0<D: Dot, const R: usize>(
                     for (t, acc) in acc.iter_mut().enumerate() {
                         // SAFETY: g < nb/4, and `rows` holds nb blocks, `st`
                         // R·nb scales.
-                        let (y0, y1, c0, c1, h0, h1, s2) = unsafe {
+                        let (y0, y1, h0, h1, s2) = unsafe {
                             (
                                 chunk(rows.y[t], at),
                                 chunk(rows.y[t], at + 64),
-                                chunk(rows.bias[t], at / 4),
-                                chunk(rows.bias[t], at / 4 + 16),
                                 chunk(rows.shift[t], at / 4),
                                 chunk(rows.shift[t], at / 4 + 16),
                                 chunk(st, t * nb + 4 * g + 2 * p),
                             )
                         };
                         let sv = splat2x4(s2);
-                        let l0 = shift(D::dpbusd(load_x8(c0), lo, load256(y0)), h0);
-                        let l1 = shift(D::dpbusd(load_x8(c1), hi, load256(y1)), h1);
+                        // SAFETY: no memory is accessed; the level was detected.
+                        let z = unsafe { _mm256_setzero_si256() };
+                        let l0 = shift(D::dpbusd(z, lo, load256(y0)), h0);
+                        let l1 = shift(D::dpbusd(z, hi, load256(y1)), h1);
                         acc[p][0] = fma_lanes(acc[p][0], sv, l0);
                         acc[p][1] = fma_lanes(acc[p][1], sv, l1);
                     }
                 }
+                for (t, off) in off.iter_mut().enumerate() {
+                    // SAFETY: 4g + 4 ≤ nb; `st` holds R·nb scales and `rows`
+                    // nb offsets; the level was detected.
+                    unsafe {
+                        let s4 = chunk::<f32, 4>(st, t * nb + 4 * g);
+                        let o4 = chunk::<f32, 4>(rows.boff[t], 4 * g);
+                        *off = _mm_fmadd_ps(
+                            _mm_loadu_ps(s4.as_ptr()),
+                            _mm_loadu_ps(o4.as_ptr()),
+                            *off,
+                        );
+                    }
+                }
             }
-            for (t, (o, acc)) in out.iter_mut().zip(acc).enumerate() {
+            for (t, ((o, acc), off)) in out.iter_mut().zip(acc).zip(off).enumerate() {
                 // A[2p + k][4h + i] is lane 4k + i of acc[p][h].
                 let mut a: Acc = [[0f32; 8]; RUN];
                 for (p, halves) in acc.iter().enumerate() {
@@ -171,6 +190,7 @@ fn q4_0<D: Dot, const R: usize>(
                 let st = st.get(t * nb..(t + 1) * nb)?;
                 *o = tail_finish::<BS>(
                     a,
+                    to_array4(off),
                     row,
                     st,
                     acts.get(t)?,
@@ -182,6 +202,15 @@ fn q4_0<D: Dot, const R: usize>(
             Some(())
         },
     )
+}
+
+/// Lanes as an array.
+#[inline(always)]
+pub(super) fn to_array4(v: __m128) -> [f32; RUN] {
+    let mut a = [0f32; RUN];
+    // SAFETY: `a` is 4 writable f32; the level was detected.
+    unsafe { _mm_storeu_ps(a.as_mut_ptr(), v) };
+    a
 }
 
 /// Q8_0: [`Dot::dot_i8`] per block and row, shifted.
@@ -232,6 +261,7 @@ fn q8_0<D: Dot, const R: usize>(
                 let st = st.get(t * nb..(t + 1) * nb)?;
                 *o = tail_finish::<BS>(
                     acc_of(acc),
+                    [0f32; RUN],
                     row,
                     st,
                     acts.get(t)?,
@@ -268,7 +298,7 @@ fn q4_k<D: Dot, const R: usize>(
         #[inline(always)]
         |row, out| {
             let mut acc = [[zero(); RUN]; R];
-            let mut off = [0f32; R];
+            let mut off = [[0f32; RUN]; R];
             for (b, blk) in row.chunks_exact(BS).enumerate() {
                 let blk: &[u8; BS] = blk.try_into().ok()?;
                 let (sc16, m) = k4_scales16(blk);
@@ -314,19 +344,19 @@ fn q4_k<D: Dot, const R: usize>(
                 }
                 for (t, ((acc, off), l)) in acc.iter_mut().zip(&mut off).zip(li).enumerate() {
                     // SAFETY: b < nb, and `rows` holds nb blocks and scales.
-                    let (dx, sums) =
-                        unsafe { (*rows.d[t].get_unchecked(b), chunk(rows.sums[t], 16 * b)) };
+                    let (dx, gsum) =
+                        unsafe { (*rows.d[t].get_unchecked(b), chunk(rows.gsum[t], 8 * b)) };
                     // The scale products as `block_scales` rounds them.
                     let (s_d, s_m) = (d * dx, dmin * dx);
                     // SAFETY: no memory is accessed; the level was detected.
                     let l = unsafe { _mm256_add_epi32(l[0], l[1]) };
                     let a = acc.get_mut(b % RUN)?;
                     *a = fma_lanes(*a, splat(s_d), l);
-                    *off = s_m.mul_add(k4_mins(&m, sums) as f32, *off);
+                    add_offset(off, b, s_m, k4_mins(&m, gsum) as f32);
                 }
             }
             for ((o, acc), off) in out.iter_mut().zip(acc).zip(off) {
-                *o = finish(&acc_of(acc), off);
+                *o = finish(&acc_of(acc), offsets(&off));
             }
             Some(())
         },
