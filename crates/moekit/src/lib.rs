@@ -16,10 +16,11 @@
 //!   [`MoeBlock::forward_with`]; [`plan::plan`] says which path runs and why
 //!   the others refused. [`Backend`] picks the CPU oracle, the fast CPU path
 //!   or CUDA.
-//! * CPU numerics: for GGUF Q4_0, Q8_0 and Q4_K experts the fast CPU path
-//!   quantizes each activation row once per call to 8-bit blocks and runs
-//!   integer dot kernels (deterministic, batch-invariant, NMSE ≤ 1e-4
-//!   against f32 activations); [`cpu::with_act_mode`] or the environment
+//! * CPU numerics: for GGUF Q4_0, Q8_0, Q4_K and MLX 4-bit affine experts
+//!   the fast CPU path quantizes each activation row once per call to
+//!   8-bit blocks and runs integer dot kernels (deterministic,
+//!   batch-invariant, NMSE ≤ 1e-4 against f32 activations; the router
+//!   keeps f32 activations); [`cpu::with_act_mode`] or the environment
 //!   variable `MOEKIT_CPU_ACT=f32` ([`cpu::ACT_ENV`]) keep f32
 //!   activations. The kernels' instruction set (portable, AVX2, AVX-VNNI,
 //!   AVX512-VNNI) is detected at run time ([`cpu::simd_level`]) and capped

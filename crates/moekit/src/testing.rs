@@ -9,7 +9,9 @@ pub mod cpu_fast {
     pub use crate::cpu::fast::gather_mm::{
         act_choice, gather_mm_act, gather_mm_with, ActChoice, Strategy,
     };
-    pub use crate::cpu::fast::qdot::{kind_of, kind_of_rows, qdot_rows, QKind, QRow};
+    pub use crate::cpu::fast::qdot::{
+        kind_of, kind_of_affine, kind_of_rows, qdot_rows, QKind, QRow,
+    };
 }
 
 pub use crate::format::rows::{RawRow, RowDecoder, ScaleRow};

@@ -19,7 +19,14 @@ use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
 use rand::Rng;
 
 /// The formats with integer kernels.
-const Q8_FORMATS: [&str; 3] = ["q4_0", "q8_0", "q4_k"];
+const Q8_FORMATS: [&str; 6] = [
+    "q4_0",
+    "q8_0",
+    "q4_k",
+    "affine4",
+    "affine4-g32",
+    "affine4-g128",
+];
 
 fn weights(f: &str, e: usize, n: usize, k: usize, seed: u64) -> QuantWeights {
     let f = WeightFormat::parse(f).unwrap();

@@ -110,10 +110,8 @@ fn fma16(acc: __m512, s: __m512, l: __m512i) -> __m512 {
     unsafe { _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(l), acc) }
 }
 
-/// `s·2^sh` lane by lane, from the lanes' f32 powers of two: exact, so
-/// `fma(s·2^sh, f32(L), A)` is `fma(s, f32(L << sh), A)` (scaling by a
-/// power of two commutes with rounding), with a multiply where a variable
-/// shift of the integer lanes measured 25% slower.
+/// `s·m` lane by lane: the lanes' scale products (rounded once, as the
+/// portable `s * m[j]`).
 #[inline(always)]
 fn pow_mul(s: __m512, p: &[f32; 16]) -> __m512 {
     // SAFETY: `p` is 64 readable bytes; the level was detected.
@@ -246,8 +244,8 @@ fn q4_0<const R: usize>(
                         (
                             chunk::<i8, 64>(rows.y[t], 128 * g),
                             chunk::<i8, 64>(rows.y[t], 128 * g + 64),
-                            chunk::<f32, 16>(rows.pow2f[t], 32 * g),
-                            chunk::<f32, 16>(rows.pow2f[t], 32 * g + 16),
+                            chunk::<f32, 16>(rows.lscale[t], 32 * g),
+                            chunk::<f32, 16>(rows.lscale[t], 32 * g + 16),
                             chunk::<f32, 4>(rows.d[t], 4 * g),
                             chunk::<f32, 4>(rows.boff[t], 4 * g),
                         )
@@ -432,7 +430,7 @@ fn q8_0<const R: usize>(
                             (
                                 chunk::<i8, 64>(rows.y[t], 32 * b),
                                 chunk::<i32, 16>(rows.bias[t], 8 * b),
-                                chunk::<f32, 16>(rows.pow2f[t], 8 * b),
+                                chunk::<f32, 16>(rows.lscale[t], 8 * b),
                             )
                         };
                         // SAFETY: no memory is accessed; the level was detected.

@@ -3,54 +3,64 @@
 //! dots).
 //!
 //! Each activation row is quantized once per call ([`QRow::new`]), in
-//! blocks matching the weight format's: 32 values per scale for the
-//! 32-weight GGUF types (like ggml's q8_0), 256 for the K-quants (q8_K).
-//! A block with largest magnitude `amax` has the f32 scale
-//! `d = amax/(127·2³)`; each lane of 4 values has a shift `s ∈ 0..=3`, the
-//! smallest that keeps its codes within ±127, and its values are
-//! `d·(y_i << s)` with `y_i = round(x_i·127·2^(3−s)/amax)` (ties to even).
-//! The shifts (ggml has none) give a lane of small values up to 8 times
-//! finer steps than the block's largest value would allow; they cost one
-//! shift of the integer lanes, and bring the activation error of
-//! heavy-tailed rows (SwiGLU outputs, the down projection's input) from
-//! ~8e-5 to ~2e-5. A row also keeps the shifted sums of its codes per 16
-//! (the K-quants' mins) and, for the weight types whose codes are offset
-//! (Q4_0's `q − 8`), the lane sums times that offset. For the nibble
-//! formats the codes of each run of 4 blocks are stored interleaved (the
-//! first halves of the 4 blocks, then the second halves: [`half_offsets`]),
-//! the order in which the kernels split the weights' nibble bytes.
+//! blocks matching the weight format's: 32 values for the 32-weight GGUF
+//! types and MLX affine (like ggml's q8_0), 256 for the K-quants (q8_K).
+//! In a 32-value block each lane of 4 values (largest magnitude `a`) has
+//! its own f32 scale `m = a/127` and codes `y_i = round(x_i·127/a)` (ties to
+//! even); a 256-value block (largest magnitude `amax`) has the scale
+//! `d = amax/(127·2³)` and each lane a shift `s ∈ 0..=3`, the smallest that
+//! keeps its codes within ±127, the values being `d·(y_i << s)` (the
+//! K-quant kernels combine groups in integers, so their lane factors are
+//! powers of two applied as 16-bit multipliers). Either way a lane of small
+//! values gets finer steps than its block's largest value would allow (ggml
+//! has one scale per block): the activation error of heavy-tailed rows
+//! (SwiGLU outputs, the down projection's input) drops from ~8e-5 to ~1e-5
+//! (lane scales) or ~3e-5 (shifts). A row also keeps, as its kind needs,
+//! the shifted sums of its codes per 16 and per 32 (the K-quants' mins), the
+//! lane sums times the weights' code offset (Q8_0's `+128` at the VNNI
+//! levels), the blocks' offsets `8·Σ m·Σy` (Q4_0's and affine's `q − 8`),
+//! and the exact f32 sums of its values per block (the affine biases). For
+//! the nibble formats the codes of each run of 4 blocks are stored
+//! interleaved (the first halves — for MLX affine, the even values — of
+//! the 4 blocks, then the second halves: [`half_offsets`]), the order in
+//! which the kernels split the weights' nibble bytes. Rows are 64-byte
+//! aligned.
 //!
 //! A weight block then costs integer multiply-adds of its codes with the
-//! activation codes — exact, in `i32` — and one f32 scale product per 32
+//! activation codes — exact, in `i32` — and a few f32 operations per 32
 //! (256) weights. The integer part of block `b` is kept as 8 lanes
-//! `L_b[j] = (Σ_{k<4} w[4j+k]·y[4j+k]) << s_j` (with the offset, and for
-//! the K-quants the group scales, applied in integers): lane `j` covers
-//! weights `4j..4j+4` of the block (of each 32 for the K-quants), as
-//! `vpdpbusd` (and AVX2's `vpmaddubsw` + `vpmaddwd`) sum them. The float
-//! part is fixed: `s_b = w_scale_b · d_b` (f32), four accumulators of 8
-//! lanes take the blocks in turn, `A[b % 4][j] = fma(s_b, f32(L_b[j]),
-//! A[b % 4][j])` (one rounding), then [`finish`] sums
-//! `(A0 + A1) + (A2 + A3)` lane by lane, the lanes in a fixed tree, and
-//! subtracts the offset terms: Q4_0's `q − 8` as
-//! `O[b % 4] = fma(s_b, 8·Σ(y << s), O[b % 4])`, `(O0 + O1) + (O2 + O3)`
-//! (the integer lanes then hold `Σ q·y` alone: no per-lane bias to load);
-//! Q4_K's mins likewise, `O[b % 4] = fma(dmin_b·d_b, f32(Σ_g m_g·Σy_g),
-//! O[b % 4])`. Every level computes exactly this, so the
-//! [`Portable`](SimdLevel::Portable), AVX2 and VNNI kernels give
+//! `L_b[j] = Σ_{k<4} w[4j+k]·y[4j+k]` (for the K-quants shifted and times
+//! the group scales, in integers): lane `j` covers weights `4j..4j+4` of
+//! the block (of each 32 for the K-quants), as `vpdpbusd` (and AVX2's
+//! `vpmaddubsw` + `vpmaddwd`) sum them. The float part is fixed:
+//! `s_b = w_scale_b · d_b` (f32), four accumulators of 8 lanes take the
+//! blocks in turn, `A[b % 4][j] = fma(s_b·m_j, f32(L_b[j]), A[b % 4][j])`
+//! (32-value blocks, `s_b·m_j` rounded once) or `fma(s_b, f32(L_b[j]), …)`
+//! (256), then [`finish`] sums `(A0 + A1) + (A2 + A3)` lane by lane, the
+//! lanes in a fixed tree, and subtracts the offset terms: Q4_0's `q − 8` as
+//! `O[b % 4] = fma(s_b, 8·Σ m·Σy, O[b % 4])`, `(O0 + O1) + (O2 + O3)` (the
+//! integer lanes hold `Σ q·y` alone: no per-lane bias to load); Q4_K's
+//! mins likewise, `O[b % 4] = fma(dmin_b·d_b, f32(Σ_g m_g·Σy_g), O[b % 4])`;
+//! affine's biases as in [`affine`]. Every level computes exactly this, so
+//! the [`Portable`](SimdLevel::Portable), AVX2 and VNNI kernels give
 //! bit-identical results, and a result depends only on its weight row and
 //! activation row (batch- and thread-invariant).
 //!
 //! Error bound: tested at NMSE ≤ 1e-4 against the f32 path, on random rows
-//! (measured ~1.5e-5) and on the MoE-block fixtures (the tolerance
-//! llama.cpp's `test-backend-ops` allows for `mul_mat_id`).
+//! (measured 1e-7..1.5e-5) and on the MoE-block fixtures (at most ~5e-5; the
+//! tolerance llama.cpp's `test-backend-ops` allows for `mul_mat_id`).
 //!
-//! Formats: Q4_0, Q8_0, Q4_K ([`kind_of`]). Levels: `portable` (plain Rust
-//! integer arithmetic; `f32::mul_add`), `ymm` (AVX2 `vpmaddubsw`/`vpmaddwd`
-//! and AVX-VNNI `vpdpbusd`/`vpdpwssd` on 256-bit vectors), `avx512`
-//! (AVX512-VNNI on 512-bit vectors: 4 nibble blocks, 2 byte blocks or one
-//! 32-byte K-quant chunk per instruction), chosen by [`qdot_rows`]' level
-//! argument.
+//! Formats: Q4_0, Q8_0, Q4_K ([`kind_of`]) and MLX affine 4-bit, groups of
+//! 32/64/128 ([`kind_of_affine`]). Levels: `portable` (plain Rust integer
+//! arithmetic; `f32::mul_add`), `ymm` (AVX2 `vpmaddubsw`/`vpmaddwd` and
+//! AVX-VNNI `vpdpbusd`/`vpdpwssd` on 256-bit vectors), `avx512`
+//! (AVX512-VNNI and VBMI on 512-bit vectors: 4 nibble blocks, 2 byte blocks
+//! or one 32-byte K-quant chunk per instruction), chosen by [`qdot_rows`]'
+//! level argument.
 
+mod affine;
+#[cfg(target_arch = "x86_64")]
+mod affine_x86;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod portable;
@@ -60,7 +70,7 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 mod ymm;
 
-pub use quant::{half_offsets, kind_of, kind_of_rows, QKind, QRow};
+pub use quant::{half_offsets, kind_of, kind_of_affine, kind_of_rows, QKind, QRow};
 
 use crate::cpu::SimdLevel;
 use crate::error::{invalid, Result};
@@ -80,6 +90,17 @@ fn add_block(acc: &mut Acc, b: usize, s: f32, l: [i32; 8]) {
     if let Some(a) = acc.get_mut(b % RUN) {
         for (a, l) in a.iter_mut().zip(l) {
             *a = s.mul_add(l as f32, *a);
+        }
+    }
+}
+
+/// `A[b % 4][j] = fma(s·m[j], f32(l[j]), A[b % 4][j])`: block `b`'s lanes
+/// with the lanes' own scales `m` (32-value blocks; `s·m[j]` rounded once).
+#[inline(always)]
+fn add_block_scaled(acc: &mut Acc, b: usize, s: f32, m: &[f32; 8], l: [i32; 8]) {
+    if let Some(a) = acc.get_mut(b % RUN) {
+        for ((a, l), &m) in a.iter_mut().zip(l).zip(m) {
+            *a = (s * m).mul_add(l as f32, *a);
         }
     }
 }
@@ -196,13 +217,10 @@ struct Rows<'a, const R: usize> {
     boff: [&'a [f32]; R],
     /// 16-bit sums of 32: `nb·block/32` each (empty for 32-value blocks).
     gsum: [&'a [i16]; R],
-    /// Lane shifts: `nb·block/4` each.
-    shift: [&'a [u32]; R],
     /// Pair multipliers: `nb·block/2` each (empty for 32-value blocks).
     pow2: [&'a [i16]; R],
-    /// Lane multipliers as f32: `nb·block/4` each (empty for 256-value
-    /// blocks).
-    pow2f: [&'a [f32]; R],
+    /// Lane scales: `nb·block/4` each (empty for 256-value blocks).
+    lscale: [&'a [f32]; R],
     /// Block scales: `nb` each.
     d: [&'a [f32]; R],
 }
@@ -218,14 +236,14 @@ impl<'a, const R: usize> Rows<'a, R> {
             let bias_ok =
                 (!with_bias || a.bias.len() == n / 4) && (!with_off || a.boff.len() == nb);
             let pow2_ok = if a.kind.block == 256 {
-                a.pow2.len() == n / 2 && a.gsum.len() == n / 32
+                a.pow2.len() == n / 2
+                    && a.gsum.len() == n / 32
+                    && a.sums.len() == n / 16
+                    && a.shift.len() == n / 4
             } else {
-                a.pow2f.len() == n / 4
+                a.lscale.len() == n / 4
             };
-            let ok = a.codes.len() == n
-                && a.sums.len() == n / 16
-                && a.shift.len() == n / 4
-                && a.d.len() == nb;
+            let ok = a.codes.len() == n && a.d.len() == nb;
             if !ok || !bias_ok || !pow2_ok {
                 return None;
             }
@@ -235,9 +253,8 @@ impl<'a, const R: usize> Rows<'a, R> {
             bias: std::array::from_fn(|t| acts[t].bias.as_slice()),
             boff: std::array::from_fn(|t| acts[t].boff.as_slice()),
             gsum: std::array::from_fn(|t| acts[t].gsum.as_slice()),
-            shift: std::array::from_fn(|t| acts[t].shift.as_slice()),
             pow2: std::array::from_fn(|t| acts[t].pow2.as_slice()),
-            pow2f: std::array::from_fn(|t| acts[t].pow2f.as_slice()),
+            lscale: std::array::from_fn(|t| acts[t].lscale.as_slice()),
             d: std::array::from_fn(|t| acts[t].d.as_slice()),
         })
     }
@@ -310,9 +327,43 @@ fn run_rows<const R: usize>(
 
 const OP: &str = "qdot_rows";
 
-/// The run of `R` activation rows for weights of type `t` at `level`
+/// A stored format with integer kernels, as the kernels are picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QFormat {
+    /// GGUF blocks.
+    Ggml(GgmlType),
+    /// MLX packed affine, 4 bits, with scales and biases of this dtype.
+    Affine4(affine::ScaleType),
+}
+
+impl std::fmt::Display for QFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QFormat::Ggml(t) => write!(f, "{t}"),
+            QFormat::Affine4(s) => write!(f, "affine4 ({s:?} scales)"),
+        }
+    }
+}
+
+/// The format of row `n` of expert `e` and its activations' kind (`None`:
+/// no integer kernels).
+fn format_of(dec: &RowDecoder<'_>, e: usize, n: usize) -> Result<Option<(QFormat, QKind)>> {
+    Ok(match dec.raw_row(e, n)? {
+        RawRow::Ggml(t, _) => kind_of(t).map(|k| (QFormat::Ggml(t), k)),
+        RawRow::Affine { params, scales, .. } => {
+            kind_of_affine(params).map(|k| (QFormat::Affine4(affine::ScaleType::of(scales)), k))
+        }
+        _ => None,
+    })
+}
+
+/// The run of `R` activation rows for weights of format `f` at `level`
 /// (`None`: no kernel, or not for this architecture).
-fn run_at<const R: usize>(level: SimdLevel, t: GgmlType) -> Option<Run<R>> {
+fn run_at<const R: usize>(level: SimdLevel, f: QFormat) -> Option<Run<R>> {
+    let t = match f {
+        QFormat::Ggml(t) => t,
+        QFormat::Affine4(s) => return affine::run_for::<R>(level, s),
+    };
     match level {
         SimdLevel::Portable => portable::run_for::<R>(t),
         #[cfg(target_arch = "x86_64")]
@@ -329,7 +380,7 @@ fn run_at<const R: usize>(level: SimdLevel, t: GgmlType) -> Option<Run<R>> {
 /// [`run_group`] for one `R`.
 type Group = fn(
     SimdLevel,
-    GgmlType,
+    QFormat,
     &RowDecoder<'_>,
     usize,
     usize,
@@ -344,7 +395,7 @@ type Group = fn(
 #[allow(clippy::too_many_arguments)] // qdot_rows' arguments and the level
 fn run_group<const R: usize>(
     level: SimdLevel,
-    t: GgmlType,
+    t: QFormat,
     dec: &RowDecoder<'_>,
     e: usize,
     n0: usize,
@@ -402,11 +453,14 @@ pub fn qdot_rows(
             out.len(),
         ));
     }
-    let t = match dec.raw_row(e, n0)? {
-        RawRow::Ggml(t, _) => t,
-        _ => return Err(invalid(OP, "dec", "GGUF blocks", "another format")),
+    let Some((t, kind)) = format_of(dec, e, n0)? else {
+        return Err(invalid(
+            OP,
+            "dec",
+            "a format with integer kernels",
+            "another format",
+        ));
     };
-    let kind = kind_of(t).ok_or_else(|| invalid(OP, "dec", "a type with integer kernels", t))?;
     if let Some(a) = acts
         .iter()
         .find(|a| a.kind != kind || a.len() != dec.cols())
@@ -419,7 +473,7 @@ pub fn qdot_rows(
         ));
     }
     let blocks = dec.cols() / kind.block;
-    scratch.resize(2 * 4 * blocks, 0.0);
+    scratch.resize(12 * blocks + 4 * n, 0.0);
     for (ag, og) in acts.chunks(4).zip(out.chunks_mut(4 * n)) {
         let group: Group = match ag.len() {
             1 => run_group::<1>,

@@ -4,8 +4,8 @@
 //! functions here for the blocks after a row's last whole run of 4).
 
 use super::{
-    add_block, add_offset, block_scales, each_row, finish, half_offsets, offsets, run_rows,
-    widen8_f16, Acc, QRow, Run, RUN,
+    add_block, add_block_scaled, add_offset, block_scales, each_row, finish, half_offsets, offsets,
+    run_rows, widen8_f16, Acc, QRow, Run, RUN,
 };
 use crate::cpu::fast::dot::k4_scales_mins;
 use crate::error::Result;
@@ -59,33 +59,29 @@ fn lanes(w: &[i32; 32], y0: &[i8], y1: &[i8]) -> [i32; 8] {
     l
 }
 
-/// `l[j] << shift[j]` of the 8 lanes of a block whose halves are stored
-/// at `at` (lanes `at[h]/4..at[h]/4 + 4`).
+/// The lanes (and their scales) of 32 weights `w` against 32-value block
+/// `b` (of `nb`) of `a`.
 #[inline(always)]
-fn finish_lanes(a: &QRow, at: [usize; 2], l: [i32; 8]) -> Option<[i32; 8]> {
-    let mut out = [0i32; 8];
-    for (j, (o, l)) in out.iter_mut().zip(l).enumerate() {
-        *o = l << *a.shift.get(at[j / 4] / 4 + j % 4)?;
-    }
-    Some(out)
-}
-
-/// The lanes of the 32 weights `w` against 32-value block `b` (of `nb`) of
-/// `a`, shifted.
-#[inline(always)]
-fn block_lanes(a: &QRow, nb: usize, b: usize, w: &[i32; 32]) -> Option<[i32; 8]> {
+pub(super) fn block_lanes(a: &QRow, nb: usize, b: usize, w: &[i32; 32]) -> Option<Lanes> {
     let at = half_offsets(a.kind.interleave, nb, b);
     let (y0, y1) = (
         a.codes.get(at[0]..at[0] + 16)?,
         a.codes.get(at[1]..at[1] + 16)?,
     );
-    finish_lanes(a, at, lanes(w, y0, y1))
+    let mut m = [0f32; 8];
+    for (j, m) in m.iter_mut().enumerate() {
+        *m = *a.lscale.get(at[j / 4] / 4 + j % 4)?;
+    }
+    Some((lanes(w, y0, y1), m))
 }
+
+/// A 32-value block's integer lanes and the lanes' scales.
+pub(super) type Lanes = ([i32; 8], [f32; 8]);
 
 /// Q4_0 codes `q` (0..16) of a block's 16 nibble bytes: low nibbles are
 /// weights 0..16, high nibbles 16..32.
 #[inline(always)]
-fn q4_0_codes(qs: &[u8]) -> [i32; 32] {
+pub(super) fn q4_0_codes(qs: &[u8]) -> [i32; 32] {
     let mut w = [0i32; 32];
     for (i, &q) in qs.iter().take(16).enumerate() {
         w[i] = i32::from(q & 15);
@@ -95,32 +91,21 @@ fn q4_0_codes(qs: &[u8]) -> [i32; 32] {
 }
 
 /// The lanes of Q4_0 block `b` (18 bytes: f16 `d`, 16 nibble bytes)
-/// against `a`: `q·y` (codes 0..16), shifted; the `−8` is the block's
-/// offset term.
+/// against `a`: `q·y` (codes 0..16); the `−8` is the block's offset term.
 #[inline(always)]
-pub(super) fn q4_0_lanes(blk: &[u8], a: &QRow, nb: usize, b: usize) -> Option<[i32; 8]> {
+pub(super) fn q4_0_lanes(blk: &[u8], a: &QRow, nb: usize, b: usize) -> Option<Lanes> {
     block_lanes(a, nb, b, &q4_0_codes(blk.get(2..18)?))
 }
 
 /// The lanes of Q8_0 block `b` (34 bytes: f16 `d`, 32 signed codes)
-/// against `a`: `q·y`, shifted.
+/// against `a`: `q·y`.
 #[inline(always)]
-pub(super) fn q8_0_lanes(blk: &[u8], a: &QRow, nb: usize, b: usize) -> Option<[i32; 8]> {
+pub(super) fn q8_0_lanes(blk: &[u8], a: &QRow, nb: usize, b: usize) -> Option<Lanes> {
     let mut w = [0i32; 32];
     for (w, &q) in w.iter_mut().zip(blk.get(2..34)?) {
         *w = i32::from(q as i8);
     }
-    let at = half_offsets(false, nb, b);
-    let (y0, y1) = (
-        a.codes.get(at[0]..at[0] + 16)?,
-        a.codes.get(at[1]..at[1] + 16)?,
-    );
-    let l = lanes(&w, y0, y1);
-    let mut out = [0i32; 8];
-    for (j, (o, l)) in out.iter_mut().zip(l).enumerate() {
-        *o = l << *a.shift.get(at[j / 4] / 4 + j % 4)?;
-    }
-    Some(out)
+    block_lanes(a, nb, b, &w)
 }
 
 /// A row of 32-weight blocks of `BS` bytes against the `R` rows of `acts`,
@@ -133,7 +118,7 @@ fn blocks32<const R: usize, const BS: usize>(
     s: &mut [f32],
     out: &mut [f32],
     stride: usize,
-    lanes: impl Fn(&[u8], &QRow, usize, usize) -> Option<[i32; 8]>,
+    lanes: impl Fn(&[u8], &QRow, usize, usize) -> Option<Lanes>,
 ) -> Option<()> {
     let nb = row_len / BS;
     let ds: [&[f32]; R] = std::array::from_fn(|t| acts[t].d.as_slice());
@@ -143,7 +128,8 @@ fn blocks32<const R: usize, const BS: usize>(
             let mut acc: Acc = [[0f32; 8]; RUN];
             let mut off = [0f32; RUN];
             for (b, (blk, &sb)) in row.chunks_exact(BS).zip(st).enumerate() {
-                add_block(&mut acc, b, sb, lanes(blk, a, nb, b)?);
+                let (l, m) = lanes(blk, a, nb, b)?;
+                add_block_scaled(&mut acc, b, sb, &m, l);
                 if let Some(&bo) = a.boff.get(b) {
                     add_offset(&mut off, b, sb, bo);
                 }

@@ -3,7 +3,7 @@
 
 use crate::error::{invalid, Result};
 use crate::format::ggml::GgmlType;
-use crate::format::{RawRow, RowDecoder};
+use crate::format::{AffineParams, RawRow, RowDecoder};
 
 /// How an activation row is quantized for one weight format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,6 +21,13 @@ pub struct QKind {
     /// 4 blocks of 32, the first 16 codes of blocks 0..4, then their last
     /// 16 ([`half_offsets`]); other blocks in order.
     pub(super) interleave: bool,
+    /// The two halves of a block are its even and its odd values (MLX
+    /// affine: byte `k` holds codes `2k`, `2k + 1`), else its first and
+    /// last 16.
+    pub(super) pairs: bool,
+    /// Whether the row keeps the exact f32 sum of each block of its values
+    /// (the affine biases' term `b·Σx`).
+    pub(super) xsums: bool,
 }
 
 impl QKind {
@@ -33,6 +40,12 @@ impl QKind {
     pub fn interleaved(self) -> bool {
         self.interleave
     }
+
+    /// Whether a block's halves are its even and odd values (else its
+    /// first and last 16).
+    pub fn paired(self) -> bool {
+        self.pairs
+    }
 }
 
 /// The activation quantization of weights of type `t`, if it has integer
@@ -44,6 +57,8 @@ pub fn kind_of(t: GgmlType) -> Option<QKind> {
             offset,
             lane_bias,
             interleave,
+            pairs: false,
+            xsums: false,
         })
     };
     match t {
@@ -56,12 +71,29 @@ pub fn kind_of(t: GgmlType) -> Option<QKind> {
     }
 }
 
+/// The activation quantization of MLX packed affine weights with `p`, if
+/// they have integer dot kernels (4 bits, groups of 32, 64 or 128).
+pub fn kind_of_affine(p: AffineParams) -> Option<QKind> {
+    (p.bits == 4 && matches!(p.group_size, 32 | 64 | 128)).then_some(QKind {
+        block: 32,
+        // Codes centred as Q4_0's (block offsets): the activations' rounding
+        // errors then meet q − 8, not q (an MLX bias is about −8·scale).
+        offset: 8,
+        lane_bias: false,
+        interleave: true,
+        pairs: true,
+        xsums: true,
+    })
+}
+
 /// The activation quantization of the rows of `dec` (`None`: f32 only).
 pub fn kind_of_rows(dec: &RowDecoder<'_>) -> Option<QKind> {
-    match dec.raw_row(0, 0).ok()? {
-        RawRow::Ggml(t, _) => kind_of(t).filter(|k| dec.cols() > 0 && dec.cols() % k.block == 0),
+    let kind = match dec.raw_row(0, 0).ok()? {
+        RawRow::Ggml(t, _) => kind_of(t),
+        RawRow::Affine { params, .. } => kind_of_affine(params),
         _ => None,
-    }
+    };
+    kind.filter(|k| dec.cols() > 0 && dec.cols() % k.block == 0)
 }
 
 /// Where the two 16-code halves of 32-value block `b` (of `nb`) are stored:
@@ -83,26 +115,34 @@ pub struct QRow {
     pub(super) kind: QKind,
     /// Codes, one per value (in the kind's order).
     pub(super) codes: Aligned<i8>,
-    /// Scale per block (`amax/(127·8)`).
+    /// Scale per block: 256-value blocks `amax/(127·8)`; 32-value blocks
+    /// 1 (their lanes have scales). NaN for a block with a non-finite value
+    /// (and, for 32-value blocks, its lane scales).
     pub(super) d: Vec<f32>,
-    /// Shift (0..=3) of each lane of 4 stored codes: code `i` stands for
-    /// `d·(codes[i] << shift[i/4])`.
+    /// 256-value blocks: the shift (0..=3) of each lane of 4 stored codes:
+    /// code `i` stands for `d·(codes[i] << shift[i/4])`. Empty for 32-value
+    /// blocks.
     pub(super) shift: Aligned<u32>,
-    /// `2^shift` of each pair of codes (the 16-bit multiplier of the K-quant
-    /// kernels; empty for 32-value blocks).
+    /// 256-value blocks: `2^shift` of each pair of codes (the 16-bit
+    /// multiplier of the K-quant kernels). Empty for 32-value blocks.
     pub(super) pow2: Aligned<i16>,
-    /// `2^shift` of each lane as f32 (for 32-value blocks: the 512-bit
-    /// kernels scale the lanes in float, `fma(s·2^sh, f32(L), A)`, which
-    /// equals `fma(s, f32(L << sh), A)` exactly; empty for 256-value blocks).
-    pub(super) pow2f: Aligned<f32>,
+    /// 32-value blocks: the scale `m` of each lane of 4 stored codes (its
+    /// largest magnitude / 127): code `i` stands for `m[i/4]·codes[i]`.
+    /// Empty for 256-value blocks.
+    pub(super) lscale: Aligned<f32>,
     /// `−offset·Σ` of each lane of 4 stored codes, not shifted (empty
     /// unless the kind has a lane bias).
     pub(super) bias: Aligned<i32>,
-    /// `offset·Σ_i (codes[i] << shift[i/4])` of each block, exact in f32
-    /// (empty unless the kind has a block offset).
+    /// `offset·Σ_k m_k·Σ(codes of lane k)` of each 32-value block, its 8
+    /// lanes in stored order, summed in order (empty unless the kind has a
+    /// block offset).
     pub(super) boff: Aligned<f32>,
-    /// `Σ codes[i] << shift[i/4]` of each 16 stored codes.
+    /// 256-value blocks: `Σ codes[i] << shift[i/4]` of each 16 codes.
+    /// Empty for 32-value blocks.
     pub(super) sums: Aligned<i32>,
+    /// The exact sum of each block's values (f32, in value order; for kinds
+    /// with `xsums`, else empty).
+    pub(super) xsum: Vec<f32>,
     /// The same of each 32 (`|Σ| ≤ 32·127·8`: 16 bits), for 256-value
     /// blocks (the K-quants' mins: one `vpmaddwd` with the 8 mins); empty
     /// for 32-value blocks.
@@ -175,12 +215,15 @@ impl QRow {
     /// kind's blocks. Non-finite values make their block's scale NaN (so the
     /// dots of the row are NaN, as f32 arithmetic would make them).
     ///
-    /// A block with largest magnitude `amax` gets the scale
-    /// `d = amax/(127·2³)`, and each lane of 4 values with largest
-    /// magnitude `a` the smallest shift `s ∈ 0..=3` with `a·2^(3−s) ≤ amax`:
-    /// its codes are `round(x·127·2^(3−s)/amax)` (ties to even; `|code| ≤
-    /// 127`) and stand for `d·(code << s)`. So a lane of small values gets
-    /// up to 8 times finer steps than the block's largest value allows.
+    /// 32-value blocks: each lane of 4 values with largest magnitude `a` has
+    /// its own f32 scale `m = a/127` and codes `round(x·127/a)` (ties to
+    /// even, `|code| ≤ 127`). 256-value blocks (the K-quants, whose kernels
+    /// combine the groups in integers): a block with largest magnitude
+    /// `amax` gets the scale `d = amax/(127·2³)`, and each lane the
+    /// smallest shift `s ∈ 0..=3` with `a·2^(3−s) ≤ amax`: its codes are
+    /// `round(x·127·2^(3−s)/amax)` and stand for `d·(code << s)`. Either way
+    /// a lane of small values gets finer steps than the block's largest
+    /// value allows.
     pub fn new(x: &[f32], kind: QKind) -> Result<QRow> {
         if kind.block == 0 || kind.block > 256 || x.len() % kind.block != 0 {
             return Err(invalid(
@@ -191,51 +234,52 @@ impl QRow {
             ));
         }
         let n = x.len();
+        let xsum: Vec<f32> = if kind.xsums {
+            x.chunks_exact(kind.block).map(|b| b.iter().sum()).collect()
+        } else {
+            Vec::new()
+        };
+        // Pairs: each block's even values, then its odd values.
+        let paired: Vec<f32>;
+        let x = if kind.pairs {
+            paired = x
+                .chunks_exact(kind.block)
+                .flat_map(|b| b.iter().step_by(2).chain(b.iter().skip(1).step_by(2)))
+                .copied()
+                .collect();
+            &paired[..]
+        } else {
+            x
+        };
         let mut codes = vec![0i8; n];
-        let mut shift = vec![0u32; n / 4];
         let mut d = vec![0f32; n / kind.block];
-        let blocks = x
-            .chunks_exact(kind.block)
-            .zip(codes.chunks_exact_mut(kind.block))
-            .zip(shift.chunks_exact_mut(kind.block / 4))
-            .zip(&mut d);
-        for (((xb, cb), sb), d) in blocks {
-            // The largest magnitude as the largest `|v|` bit pattern (the
-            // order of non-negative floats; an integer max vectorizes),
-            // at least infinity's if a value is infinite or NaN.
-            let top = xb.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS));
-            if top >= f32::INFINITY.to_bits() {
-                *d = f32::NAN;
-                continue;
+        let lane_sum = |c: &[i8]| -> i32 { c.iter().map(|&v| i32::from(v)).sum() };
+        let (mut shift, mut lscale) = (Vec::new(), Vec::new());
+        if kind.block == 32 {
+            lscale = vec![0f32; n / 4];
+            let blocks = x
+                .chunks_exact(32)
+                .zip(codes.chunks_exact_mut(32))
+                .zip(lscale.chunks_exact_mut(8))
+                .zip(&mut d);
+            for (((xb, cb), mb), d) in blocks {
+                *d = quantize_lanes(xb, cb, mb);
             }
-            let amax = f32::from_bits(top);
-            if amax == 0.0 {
-                continue;
+        } else {
+            shift = vec![0u32; n / 4];
+            let blocks = x
+                .chunks_exact(kind.block)
+                .zip(codes.chunks_exact_mut(kind.block))
+                .zip(shift.chunks_exact_mut(kind.block / 4))
+                .zip(&mut d);
+            for (((xb, cb), sb), d) in blocks {
+                *d = quantize_shifted(xb, cb, sb);
             }
-            let id = 127.0 / amax;
-            // Each value's factor (`id·2^(3−s)` of its lane), then one flat
-            // loop that vectorizes.
-            let mut f = [0f32; 256];
-            for ((xl, fl), sl) in xb.chunks_exact(4).zip(f.chunks_exact_mut(4)).zip(&mut *sb) {
-                let a = f32::from_bits(xl.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS)));
-                // The smallest shift s with a·2^(3−s) ≤ amax (powers of two
-                // scale exactly; the three tests are nested).
-                let fits = |k: f32| u32::from(a * k <= amax);
-                let s = MAX_SHIFT - (fits(2.0) + fits(4.0) + fits(8.0));
-                *sl = s;
-                fl.fill(id * (1u32 << (MAX_SHIFT - s)) as f32);
-            }
-            for ((c, &v), &f) in cb.iter_mut().zip(xb).zip(&f) {
-                // |v·f| ≤ 127 (+ rounding): the cast saturates at 127.
-                *c = round_even(v * f) as i32 as i8;
-            }
-            *d = amax / (127 << MAX_SHIFT) as f32;
         }
         if kind.interleave {
             interleave::<_, 16>(&mut codes);
-            interleave::<_, 4>(&mut shift);
+            interleave::<_, 4>(&mut lscale);
         }
-        let lane_sum = |c: &[i8]| -> i32 { c.iter().map(|&v| i32::from(v)).sum() };
         let sums: Vec<i32> = codes
             .chunks_exact(16)
             .zip(shift.chunks_exact(4))
@@ -246,28 +290,23 @@ impl QRow {
                     .sum()
             })
             .collect();
-        let gsum: Vec<i16> = if kind.block == 256 {
-            sums.chunks_exact(2).map(|p| (p[0] + p[1]) as i16).collect()
-        } else {
-            Vec::new()
-        };
+        let gsum: Vec<i16> = sums.chunks_exact(2).map(|p| (p[0] + p[1]) as i16).collect();
         let boff: Vec<f32> = if kind.offset == 0 || kind.lane_bias {
             Vec::new()
         } else {
-            // ≤ 128·32·127·8 < 2^24: exact.
-            let lanes = codes.chunks_exact(4).zip(&shift);
-            let shifted: Vec<i32> = lanes.map(|(c, &s)| lane_sum(c) << s).collect();
             // A block's lanes: stored in its two halves (`half_offsets`).
             let nb = n / kind.block;
             (0..nb)
                 .map(|b| {
-                    let at = half_offsets(kind.interleave, nb, b);
-                    let half = |h: usize| -> i32 {
-                        shifted
-                            .get(at[h] / 4..at[h] / 4 + 4)
-                            .map_or(0, |v| v.iter().sum())
-                    };
-                    (kind.offset * (half(0) + half(1))) as f32
+                    let mut sum = 0f32;
+                    for at in half_offsets(kind.interleave, nb, b) {
+                        let lanes = codes.get(at..at + 16).unwrap_or(&[]).chunks_exact(4);
+                        let scales = lscale.get(at / 4..at / 4 + 4).unwrap_or(&[]);
+                        for (c, &m) in lanes.zip(scales) {
+                            sum += m * lane_sum(c) as f32;
+                        }
+                    }
+                    kind.offset as f32 * sum
                 })
                 .collect()
         };
@@ -279,29 +318,25 @@ impl QRow {
                 .map(|c| -kind.offset * lane_sum(c))
                 .collect()
         };
-        let (pow2, pow2f): (Vec<i16>, Vec<f32>) = if kind.block == 256 {
-            (
-                shift.iter().flat_map(|&s| [1i16 << s; 2]).collect(),
-                Vec::new(),
-            )
-        } else {
-            (
-                Vec::new(),
-                shift.iter().map(|&s| (1u32 << s) as f32).collect(),
-            )
-        };
+        let pow2: Vec<i16> = shift.iter().flat_map(|&s| [1i16 << s; 2]).collect();
         Ok(QRow {
             kind,
             codes: Aligned::from_slice(&codes),
             d,
             shift: Aligned::from_slice(&shift),
             pow2: Aligned::from_slice(&pow2),
-            pow2f: Aligned::from_slice(&pow2f),
+            lscale: Aligned::from_slice(&lscale),
             bias: Aligned::from_slice(&bias),
             boff: Aligned::from_slice(&boff),
             gsum: Aligned::from_slice(&gsum),
+            xsum,
             sums: Aligned::from_slice(&sums),
         })
+    }
+
+    /// The exact sum of each block's values (kinds that keep them).
+    pub fn block_sums(&self) -> &[f32] {
+        &self.xsum
     }
 
     /// The kind the row was quantized for.
@@ -324,7 +359,20 @@ impl QRow {
         &self.codes
     }
 
-    /// The shift of each lane of 4 stored codes.
+    /// The scale of each lane of 4 stored codes (32-value blocks; else
+    /// empty).
+    pub fn lane_scales(&self) -> &[f32] {
+        &self.lscale
+    }
+
+    /// The block offsets (`offset·Σ_k m_k·Σ codes of lane k`; kinds with a
+    /// block offset, else empty).
+    pub fn block_offsets(&self) -> &[f32] {
+        &self.boff
+    }
+
+    /// The shift of each lane of 4 stored codes (256-value blocks; else
+    /// empty).
     pub fn shifts(&self) -> &[u32] {
         &self.shift
     }
@@ -334,7 +382,8 @@ impl QRow {
         &self.d
     }
 
-    /// `Σ codes[i] << shift[i/4]` of each 16 stored codes.
+    /// `Σ codes[i] << shift[i/4]` of each 16 codes (256-value blocks; else
+    /// empty).
     pub fn sums16(&self) -> &[i32] {
         &self.sums
     }
@@ -345,18 +394,87 @@ impl QRow {
         let nb = self.codes.len() / bs.max(1);
         let mut out = vec![0f32; self.codes.len()];
         for (i, o) in out.iter_mut().enumerate() {
+            let w = i % 32;
+            let (h, pos) = if self.kind.pairs {
+                (w % 2, w / 2)
+            } else {
+                (w / 16, w % 16)
+            };
             let at = if bs == 32 {
-                half_offsets(self.kind.interleave, nb, i / 32)[(i % 32) / 16] + i % 16
+                half_offsets(self.kind.interleave, nb, i / 32)[h] + pos
             } else {
                 i
             };
-            let (c, s) = (self.codes.get(at), self.shift.get(at / 4));
-            if let (Some(&c), Some(&s), Some(&d)) = (c, s, self.d.get(i / bs)) {
-                *o = d * f32::from(i16::from(c) << s);
-            }
+            let (Some(&c), Some(&d)) = (self.codes.get(at), self.d.get(i / bs)) else {
+                continue;
+            };
+            *o = match (self.shift.get(at / 4), self.lscale.get(at / 4)) {
+                (Some(&s), _) => d * f32::from(i16::from(c) << s),
+                (None, Some(&m)) => d * (m * f32::from(c)),
+                _ => 0.0,
+            };
         }
         out
     }
+}
+
+/// Quantizes a 32-value block `x` into `codes`, each lane of 4 values with
+/// its own scale `m` (its largest magnitude / 127; codes
+/// `round(x·127/a)`, ties to even); the block's scale: 1, or NaN if a value
+/// is not finite (then the lane scales are NaN too and the codes 0).
+fn quantize_lanes(x: &[f32], codes: &mut [i8], m: &mut [f32]) -> f32 {
+    // The largest magnitude as the largest `|v|` bit pattern (the order of
+    // non-negative floats; an integer max vectorizes), at least infinity's
+    // if a value is infinite or NaN.
+    if x.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS)) >= f32::INFINITY.to_bits() {
+        m.fill(f32::NAN);
+        return f32::NAN;
+    }
+    let mut f = [0f32; 32];
+    for ((xl, fl), m) in x.chunks_exact(4).zip(f.chunks_exact_mut(4)).zip(m) {
+        let a = f32::from_bits(xl.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS)));
+        if a > 0.0 {
+            *m = a / 127.0;
+            fl.fill(127.0 / a);
+        }
+    }
+    for ((c, &v), &f) in codes.iter_mut().zip(x).zip(&f) {
+        // |v·f| ≤ 127 (+ rounding): the cast saturates at 127.
+        *c = round_even(v * f) as i32 as i8;
+    }
+    1.0
+}
+
+/// Quantizes a block `x` (≤ 256 values) into `codes` with one scale and a
+/// shift per lane of 4 (see [`QRow::new`]); the block's scale, NaN if a
+/// value is not finite.
+fn quantize_shifted(x: &[f32], codes: &mut [i8], shifts: &mut [u32]) -> f32 {
+    let top = x.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS));
+    if top >= f32::INFINITY.to_bits() {
+        return f32::NAN;
+    }
+    let amax = f32::from_bits(top);
+    if amax == 0.0 {
+        return 0.0;
+    }
+    let id = 127.0 / amax;
+    // Each value's factor (`id·2^(3−s)` of its lane), then one flat loop
+    // that vectorizes.
+    let mut f = [0f32; 256];
+    for ((xl, fl), sl) in x.chunks_exact(4).zip(f.chunks_exact_mut(4)).zip(shifts) {
+        let a = f32::from_bits(xl.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS)));
+        // The smallest shift s with a·2^(3−s) ≤ amax (powers of two scale
+        // exactly; the three tests are nested).
+        let fits = |k: f32| u32::from(a * k <= amax);
+        let s = MAX_SHIFT - (fits(2.0) + fits(4.0) + fits(8.0));
+        *sl = s;
+        fl.fill(id * (1u32 << (MAX_SHIFT - s)) as f32);
+    }
+    for ((c, &v), &f) in codes.iter_mut().zip(x).zip(&f) {
+        // |v·f| ≤ 127 (+ rounding): the cast saturates at 127.
+        *c = round_even(v * f) as i32 as i8;
+    }
+    amax / (127 << MAX_SHIFT) as f32
 }
 
 /// Reorders whole runs of 4 blocks of `v` (8 parts of `P` items each: the

@@ -176,28 +176,12 @@ pub(super) fn load256<T: Copy>(v: &[T; 32]) -> __m256i {
     unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
 }
 
-/// 8 lanes of 32 bits (`i32`, `u32` or `f32` bits).
-#[inline(always)]
-pub(super) fn load_x8<T: Copy>(v: &[T; 8]) -> __m256i {
-    const { assert!(std::mem::size_of::<T>() == 4) };
-    // SAFETY: `v` is 32 readable bytes (the assertion), unaligned loads are
-    // allowed; the level was detected (module doc).
-    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
-}
-
 /// 16 lanes of 16 bits.
 #[inline(always)]
 pub(super) fn load_x16(v: &[i16; 16]) -> __m256i {
     // SAFETY: `v` is 32 readable bytes, unaligned loads are allowed; the
     // level was detected (module doc).
     unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
-}
-
-/// `l << sh`, lane by lane.
-#[inline(always)]
-pub(super) fn shift(l: __m256i, sh: &[u32; 8]) -> __m256i {
-    // SAFETY: no memory is accessed but `sh`; the level was detected.
-    unsafe { _mm256_sllv_epi32(l, load_x8(sh)) }
 }
 
 /// Lanes as an array.

@@ -23,13 +23,14 @@
 // level's features (its intrinsics then become calls).
 #![allow(clippy::redundant_closure)]
 
-use super::portable::{q4_0_lanes, q8_0_lanes};
+use super::portable::{q4_0_lanes, q8_0_lanes, Lanes};
 use super::x86::{
     acc_of, f16_pair, fma_lanes, group_scale, k4_mins, k4_scales16, load256, load_x16, nibbles,
-    q4_0_pair, scales, shift, splat, splat2x4, to_array, zero, Dot,
+    q4_0_pair, scales, splat, splat2x4, to_array, zero, Dot,
 };
 use super::{
-    add_block, add_offset, chunk, each_row, finish, offsets, run_rows, Acc, QRow, Rows, Run, RUN,
+    add_block_scaled, add_offset, chunk, each_row, finish, offsets, run_rows, Acc, QRow, Rows, Run,
+    RUN,
 };
 use crate::error::Result;
 use crate::format::ggml::GgmlType;
@@ -96,11 +97,12 @@ pub(super) fn tail_finish<const BS: usize>(
     st: &[f32],
     a: &QRow,
     nb: usize,
-    lanes: impl Fn(&[u8], &QRow, usize, usize) -> Option<[i32; 8]>,
+    lanes: impl Fn(&[u8], &QRow, usize, usize) -> Option<Lanes>,
 ) -> Option<f32> {
     for b in nb / RUN * RUN..nb {
         let s = *st.get(b)?;
-        add_block(&mut acc, b, s, lanes(row.get(b * BS..)?, a, nb, b)?);
+        let (l, m) = lanes(row.get(b * BS..)?, a, nb, b)?;
+        add_block_scaled(&mut acc, b, s, &m, l);
         if let Some(&bo) = a.boff.get(b) {
             add_offset(&mut off, b, s, bo);
         }
@@ -144,22 +146,22 @@ fn q4_0<D: Dot, const R: usize>(
                     for (t, acc) in acc.iter_mut().enumerate() {
                         // SAFETY: g < nb/4, and `rows` holds nb blocks, `st`
                         // R·nb scales.
-                        let (y0, y1, h0, h1, s2) = unsafe {
+                        let (y0, y1, m0, m1, s2) = unsafe {
                             (
                                 chunk(rows.y[t], at),
                                 chunk(rows.y[t], at + 64),
-                                chunk(rows.shift[t], at / 4),
-                                chunk(rows.shift[t], at / 4 + 16),
+                                chunk(rows.lscale[t], at / 4),
+                                chunk(rows.lscale[t], at / 4 + 16),
                                 chunk(st, t * nb + 4 * g + 2 * p),
                             )
                         };
                         let sv = splat2x4(s2);
                         // SAFETY: no memory is accessed; the level was detected.
                         let z = unsafe { _mm256_setzero_si256() };
-                        let l0 = shift(D::dpbusd(z, lo, load256(y0)), h0);
-                        let l1 = shift(D::dpbusd(z, hi, load256(y1)), h1);
-                        acc[p][0] = fma_lanes(acc[p][0], sv, l0);
-                        acc[p][1] = fma_lanes(acc[p][1], sv, l1);
+                        let l0 = D::dpbusd(z, lo, load256(y0));
+                        let l1 = D::dpbusd(z, hi, load256(y1));
+                        acc[p][0] = fma_lanes(acc[p][0], scale_lanes(sv, m0), l0);
+                        acc[p][1] = fma_lanes(acc[p][1], scale_lanes(sv, m1), l1);
                     }
                 }
                 for (t, off) in off.iter_mut().enumerate() {
@@ -204,6 +206,14 @@ fn q4_0<D: Dot, const R: usize>(
     )
 }
 
+/// `s·m` lane by lane: the lanes' scale products (rounded once, as the
+/// portable `s * m[j]`).
+#[inline(always)]
+pub(super) fn scale_lanes(s: __m256, m: &[f32; 8]) -> __m256 {
+    // SAFETY: `m` is 32 readable bytes; the level was detected.
+    unsafe { _mm256_mul_ps(s, _mm256_loadu_ps(m.as_ptr())) }
+}
+
 /// Lanes as an array.
 #[inline(always)]
 pub(super) fn to_array4(v: __m128) -> [f32; RUN] {
@@ -244,16 +254,16 @@ fn q8_0<D: Dot, const R: usize>(
                     for (t, acc) in acc.iter_mut().enumerate() {
                         // SAFETY: b < nb, and `rows` holds nb blocks, `st`
                         // R·nb scales.
-                        let (y, c, h, sb) = unsafe {
+                        let (y, c, m, sb) = unsafe {
                             (
                                 chunk(rows.y[t], 32 * b),
                                 chunk(rows.bias[t], 8 * b),
-                                chunk(rows.shift[t], 8 * b),
+                                chunk(rows.lscale[t], 8 * b),
                                 *st.get_unchecked(t * nb + b),
                             )
                         };
-                        let l = shift(D::dot_i8(w, load256(y), c), h);
-                        acc[k] = fma_lanes(acc[k], splat(sb), l);
+                        let l = D::dot_i8(w, load256(y), c);
+                        acc[k] = fma_lanes(acc[k], scale_lanes(splat(sb), m), l);
                     }
                 }
             }

@@ -1,0 +1,323 @@
+//! MLX packed affine rows of 4-bit codes: `w = s_g·q + b_g` per group of
+//! 32, 64 or 128, scales and biases in f32, f16 or bf16.
+//!
+//! The codes are dotted in blocks of 32 as Q4_0's (byte `k` of a block
+//! holds codes `2k` and `2k + 1`, so the activation halves are a block's
+//! even and odd values: [`QKind::paired`](super::QKind::paired)), centred
+//! the same way: `w = s_g·(q − 8) + (b_g + 8·s_g)`. With `s_b = s_g·d_b`,
+//! `A[b % 4][j] = fma(s_b, f32(L_b[j]), A[b % 4][j])` and the blocks'
+//! offsets `O[b % 4] = fma(s_b, 8·Σ(y << s), O[b % 4])`; the biases' term
+//! uses the exact f32 sums of the activations (block sums in value order,
+//! a group's blocks summed in order): `c_g = 8·s_g + b_g` (one rounding),
+//! `P[g % 4] = fma(c_g, Σx_g, P[g % 4])`. The dot is
+//! `tree(A) − (((O0 + O1) + (O2 + O3)) − ((P0 + P1) + (P2 + P3)))`. The
+//! activations' rounding errors thus meet `q − 8`: an MLX bias is about
+//! `−8·scale`, and against the raw codes (`q`, 0..16) the error of the
+//! MoE-block fixtures was ~5e-4, centred ~3e-5. [`drive`] does all but the
+//! lanes, the same at every level; each level's `body` gives the lane and
+//! offset accumulators.
+
+use super::portable::{block_lanes, q4_0_codes};
+use super::{add_block_scaled, add_offset, finish, offsets, Acc, QRow, Rows, Run, RUN};
+use crate::cpu::SimdLevel;
+use crate::error::{invalid, Result};
+use crate::format::{RowDecoder, ScaleRow};
+use half::{bf16, f16};
+
+/// The dtype of an affine row's scales and biases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ScaleType {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl ScaleType {
+    /// The dtype of `row`.
+    pub(super) fn of(row: ScaleRow<'_>) -> ScaleType {
+        match row {
+            ScaleRow::F32(_) => ScaleType::F32,
+            ScaleRow::F16(_) => ScaleType::F16,
+            ScaleRow::Bf16(_) => ScaleType::Bf16,
+        }
+    }
+}
+
+/// A scale or bias dtype, widened exactly.
+pub(super) trait Scale: Copy {
+    /// The value as f32 (exact).
+    fn widen(self) -> f32;
+    /// The values of `row` if it holds this dtype.
+    fn of(row: ScaleRow<'_>) -> Option<&[Self]>;
+    /// `dst[i] = src[i]` widened (exact); nothing if the lengths differ.
+    fn widen_into(src: &[Self], dst: &mut [f32]) {
+        if src.len() == dst.len() {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = s.widen();
+            }
+        }
+    }
+}
+
+impl Scale for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+    fn of(row: ScaleRow<'_>) -> Option<&[f32]> {
+        match row {
+            ScaleRow::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl Scale for f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        crate::cpu::fast::dot::f16_to_f32(self, true)
+    }
+    /// `half`'s slice conversion: F16C where the CPU has it (exact, as
+    /// `widen`, but for NaN payloads, which F16C quiets).
+    fn widen_into(src: &[f16], dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        if src.len() == dst.len() {
+            src.convert_to_f32_slice(dst);
+        }
+    }
+    fn of(row: ScaleRow<'_>) -> Option<&[f16]> {
+        match row {
+            ScaleRow::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl Scale for bf16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f32::from_bits(u32::from(self.to_bits()) << 16)
+    }
+    fn of(row: ScaleRow<'_>) -> Option<&[bf16]> {
+        match row {
+            ScaleRow::Bf16(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// The run of `R` activation rows for 4-bit affine rows with scales of
+/// dtype `s` at `level`.
+pub(super) fn run_for<const R: usize>(level: SimdLevel, s: ScaleType) -> Option<Run<R>> {
+    match (level, s) {
+        (SimdLevel::Portable, ScaleType::F32) => Some(run_portable::<f32, R>),
+        (SimdLevel::Portable, ScaleType::F16) => Some(run_portable::<f16, R>),
+        (SimdLevel::Portable, ScaleType::Bf16) => Some(run_portable::<bf16, R>),
+        #[cfg(target_arch = "x86_64")]
+        (level, s) => super::affine_x86::run_for::<R>(level, s),
+        #[allow(unreachable_patterns)] // reachable on other architectures
+        _ => None,
+    }
+}
+
+const OP: &str = "qdot_rows";
+
+/// The computation of a run of affine rows but the lanes: checks, the
+/// activations' group sums, then per weight row the block scale products
+/// `st[t·nb + b] = s_g` (the activations' block scales are 1; a block with
+/// a non-finite value has NaN lane scales), `body(row bytes, st, rows,
+/// acts, nb)` (the lane and offset accumulators of each activation row),
+/// the biases' term and [`finish`]. Runs in the caller's context
+/// (inlined).
+#[allow(clippy::too_many_arguments)] // a Run's arguments and the body
+#[inline(always)]
+pub(super) fn drive<S: Scale, const R: usize>(
+    dec: &RowDecoder<'_>,
+    e: usize,
+    n0: usize,
+    n: usize,
+    acts: &[&QRow; R],
+    scratch: &mut [f32],
+    out: &mut [f32],
+    stride: usize,
+    body: impl Fn(&[u8], &[f32], &Rows<'_, R>, &[&QRow; R], usize) -> Option<[(Acc, [f32; RUN]); R]>,
+) -> Result<()> {
+    let Some((p, words, scales, biases)) = dec.affine_rows(e, n0, n) else {
+        dec.raw_row(e, n0 + n.saturating_sub(1))?;
+        return Err(invalid(
+            OP,
+            "dec",
+            "MLX packed affine rows",
+            "another format",
+        ));
+    };
+    let bad = || {
+        invalid(
+            OP,
+            "acts",
+            "rows quantized for the weights' format and length",
+            "another kind or length",
+        )
+    };
+    let (Some(scales), Some(biases)) = (S::of(scales), S::of(biases)) else {
+        return Err(invalid(
+            OP,
+            "dec",
+            "scales and biases of one dtype",
+            "another dtype",
+        ));
+    };
+    let k = dec.cols();
+    let (nb, ng, rw) = (k / 32, k / p.group_size.max(1), k / 8);
+    let bpg = p.group_size / 32;
+    let rows = Rows::new(acts, nb, false).ok_or_else(bad)?;
+    if p.bits != 4 || bpg == 0 || rw == 0 || ng == 0 || acts.iter().any(|a| a.xsum.len() != nb) {
+        return Err(bad());
+    }
+    let (st, rest) = scratch.split_at_mut_checked(R * nb).ok_or_else(bad)?;
+    let (gx, rest) = rest.split_at_mut_checked(R * ng).ok_or_else(bad)?;
+    let (ws, rest) = rest.split_at_mut_checked(ng).ok_or_else(bad)?;
+    let (wb, rest) = rest.split_at_mut_checked(ng).ok_or_else(bad)?;
+    let psum = rest.get_mut(..R * n).ok_or_else(bad)?;
+    // Σx of each group: its blocks' sums, in order.
+    for (a, gx) in acts.iter().zip(gx.chunks_exact_mut(ng)) {
+        for (g, xs) in gx.iter_mut().zip(a.xsum.chunks_exact(bpg)) {
+            *g = xs.iter().sum();
+        }
+    }
+    let gx: &[f32] = gx;
+    // The biases' terms of every row first, in a loop of their own (inside
+    // the lane loop their accumulators did not stay in registers).
+    let sb = scales.chunks_exact(ng).zip(biases.chunks_exact(ng));
+    for (i, (srow, brow)) in sb.enumerate() {
+        S::widen_into(srow, ws);
+        S::widen_into(brow, wb);
+        for (t, gx) in gx.chunks_exact(ng).enumerate() {
+            if let Some(p) = psum.get_mut(t * n + i) {
+                *p = bias_term(ws, wb, gx);
+            }
+        }
+    }
+    let psum: &[f32] = psum;
+    let rows_of = words.chunks_exact(rw).zip(scales.chunks_exact(ng));
+    for (i, (wrow, srow)) in rows_of.enumerate() {
+        // A block's scale product is its group's scale (the activations'
+        // block scale is 1: their lanes have scales), the same for every
+        // activation row.
+        S::widen_into(srow, ws);
+        let (st0, st_rest) = st.split_at_mut(nb);
+        expand(st0, ws, bpg);
+        for st in st_rest.chunks_exact_mut(nb) {
+            st.copy_from_slice(st0);
+        }
+        let accs = body(bytemuck::cast_slice(wrow), st, &rows, acts, nb).ok_or_else(bad)?;
+        for (t, (acc, off)) in accs.iter().enumerate() {
+            let p = psum.get(t * n + i).copied().unwrap_or(0.0);
+            if let Some(o) = out.get_mut(t * stride + i) {
+                *o = finish(acc, offsets(off) - p);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `st[b] = ws[b / bpg]`, with fixed-size copies for the group sizes 32,
+/// 64 and 128 (1, 2 and 4 blocks per group).
+#[inline(always)]
+fn expand(st: &mut [f32], ws: &[f32], bpg: usize) {
+    /// Each `w` of `ws` `N` times.
+    #[inline(always)]
+    fn by<const N: usize>(st: &mut [f32], ws: &[f32]) {
+        for (st, &w) in st.chunks_exact_mut(N).zip(ws) {
+            if let Ok(st) = <&mut [f32; N]>::try_from(st) {
+                *st = [w; N];
+            }
+        }
+    }
+    match bpg {
+        1 => by::<1>(st, ws),
+        2 => by::<2>(st, ws),
+        4 => by::<4>(st, ws),
+        _ => {
+            for (st, &w) in st.chunks_exact_mut(bpg.max(1)).zip(ws) {
+                st.fill(w);
+            }
+        }
+    }
+}
+
+/// The biases' term of a row with widened scales `ws` and biases `wb`
+/// against an activation row's group sums `gx`: `P[g % 4] = fma(8·s_g +
+/// b_g, Σx_g, P[g % 4])`, summed `(P0 + P1) + (P2 + P3)`.
+#[inline(always)]
+fn bias_term(ws: &[f32], wb: &[f32], gx: &[f32]) -> f32 {
+    let mut p = [0f32; RUN];
+    let quads = ws
+        .chunks_exact(RUN)
+        .zip(wb.chunks_exact(RUN))
+        .zip(gx.chunks_exact(RUN));
+    for ((s4, b4), x4) in quads {
+        for k in 0..RUN {
+            p[k] = (8.0 * s4[k] + b4[k]).mul_add(x4[k], p[k]);
+        }
+    }
+    let tail = ws.len() / RUN * RUN;
+    for (g, ((&s, &b), &x)) in ws.iter().zip(wb).zip(gx).enumerate().skip(tail) {
+        if let Some(p) = p.get_mut(g % RUN) {
+            *p = (8.0 * s + b).mul_add(x, *p);
+        }
+    }
+    offsets(&p)
+}
+
+/// Blocks `from..nb` of a row of 16-byte 4-bit blocks into `acc` and
+/// their offsets into `off` with the portable lanes (scales `st`, of one
+/// activation row `a`).
+#[inline(always)]
+pub(super) fn tail_blocks(
+    (acc, off): &mut (Acc, [f32; RUN]),
+    row: &[u8],
+    st: &[f32],
+    a: &QRow,
+    nb: usize,
+    from: usize,
+) -> Option<()> {
+    for b in from..nb {
+        let (l, m) = block_lanes(a, nb, b, &q4_0_codes(row.get(16 * b..16 * b + 16)?))?;
+        let s = *st.get(b)?;
+        add_block_scaled(acc, b, s, &m, l);
+        add_offset(off, b, s, *a.boff.get(b)?);
+    }
+    Some(())
+}
+
+/// The portable run.
+#[allow(clippy::too_many_arguments)] // a Run
+fn run_portable<S: Scale, const R: usize>(
+    dec: &RowDecoder<'_>,
+    e: usize,
+    n0: usize,
+    n: usize,
+    acts: &[&QRow; R],
+    scratch: &mut [f32],
+    out: &mut [f32],
+    stride: usize,
+) -> Result<()> {
+    drive::<S, R>(
+        dec,
+        e,
+        n0,
+        n,
+        acts,
+        scratch,
+        out,
+        stride,
+        |row, st, _, acts, nb| {
+            let mut accs = [([[0f32; 8]; RUN], [0f32; RUN]); R];
+            for (t, (acc, a)) in accs.iter_mut().zip(acts).enumerate() {
+                tail_blocks(acc, row, st.get(t * nb..(t + 1) * nb)?, a, nb, 0)?;
+            }
+            Some(accs)
+        },
+    )
+}
