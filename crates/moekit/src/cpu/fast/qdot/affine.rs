@@ -49,7 +49,10 @@ pub(super) trait Scale: Copy {
     fn widen(self) -> f32;
     /// The values of `row` if it holds this dtype.
     fn of(row: ScaleRow<'_>) -> Option<&[Self]>;
-    /// `dst[i] = src[i]` widened (exact); nothing if the lengths differ.
+    /// `dst[i] = src[i]` widened (exact); nothing if the lengths differ. A
+    /// plain loop: inlined into the level's context, it vectorizes (the
+    /// f16 widening is integer operations).
+    #[inline(always)]
     fn widen_into(src: &[Self], dst: &mut [f32]) {
         if src.len() == dst.len() {
             for (d, s) in dst.iter_mut().zip(src) {
@@ -123,12 +126,12 @@ pub(super) fn run_for<const R: usize>(level: SimdLevel, s: ScaleType) -> Option<
 const OP: &str = "qdot_rows";
 
 /// The computation of a run of affine rows but the lanes: checks, the
-/// activations' group sums, then per weight row the block scale products
-/// `st[t·nb + b] = s_g` (the activations' block scales are 1; a block with
-/// a non-finite value has NaN lane scales), `body(row bytes, st, rows,
-/// acts, nb)` (the lane and offset accumulators of each activation row),
-/// the biases' term and [`finish`]. Runs in the caller's context
-/// (inlined).
+/// activations' group sums, the biases' terms of every row, then per
+/// weight row the block scale products `st[b] = s_g` (the same for every
+/// activation row: the activations' block scales are 1, a block with a
+/// non-finite value has NaN lane scales), `body(row bytes, st, rows, acts,
+/// nb)` (the lane and offset accumulators of each activation row) and
+/// [`finish`]. Runs in the caller's context (inlined).
 #[allow(clippy::too_many_arguments)] // a Run's arguments and the body
 #[inline(always)]
 pub(super) fn drive<S: Scale, const R: usize>(
@@ -174,7 +177,7 @@ pub(super) fn drive<S: Scale, const R: usize>(
     if p.bits != 4 || bpg == 0 || rw == 0 || ng == 0 || acts.iter().any(|a| a.xsum.len() != nb) {
         return Err(bad());
     }
-    let (st, rest) = scratch.split_at_mut_checked(R * nb).ok_or_else(bad)?;
+    let (st, rest) = scratch.split_at_mut_checked(nb).ok_or_else(bad)?;
     let (gx, rest) = rest.split_at_mut_checked(R * ng).ok_or_else(bad)?;
     let (ws, rest) = rest.split_at_mut_checked(ng).ok_or_else(bad)?;
     let (wb, rest) = rest.split_at_mut_checked(ng).ok_or_else(bad)?;
@@ -205,11 +208,7 @@ pub(super) fn drive<S: Scale, const R: usize>(
         // block scale is 1: their lanes have scales), the same for every
         // activation row.
         S::widen_into(srow, ws);
-        let (st0, st_rest) = st.split_at_mut(nb);
-        expand(st0, ws, bpg);
-        for st in st_rest.chunks_exact_mut(nb) {
-            st.copy_from_slice(st0);
-        }
+        expand(st, ws, bpg);
         let accs = body(bytemuck::cast_slice(wrow), st, &rows, acts, nb).ok_or_else(bad)?;
         for (t, (acc, off)) in accs.iter().enumerate() {
             let p = psum.get(t * n + i).copied().unwrap_or(0.0);
@@ -314,8 +313,8 @@ fn run_portable<S: Scale, const R: usize>(
         stride,
         |row, st, _, acts, nb| {
             let mut accs = [([[0f32; 8]; RUN], [0f32; RUN]); R];
-            for (t, (acc, a)) in accs.iter_mut().zip(acts).enumerate() {
-                tail_blocks(acc, row, st.get(t * nb..(t + 1) * nb)?, a, nb, 0)?;
+            for (acc, a) in accs.iter_mut().zip(acts) {
+                tail_blocks(acc, row, st.get(..nb)?, a, nb, 0)?;
             }
             Some(accs)
         },

@@ -89,7 +89,7 @@ fn lanes_ymm<D: Dot, const R: usize>(
     acts: &[&QRow; R],
     nb: usize,
 ) -> Option<[(Acc, [f32; RUN]); R]> {
-    if row.len() != 16 * nb || st.len() < R * nb {
+    if row.len() != 16 * nb || st.len() < nb {
         return None;
     }
     // acc[t][p][h]: pair p of the run, lanes 4h..4h + 4 of its blocks;
@@ -103,15 +103,14 @@ fn lanes_ymm<D: Dot, const R: usize>(
             // Stored even halves of blocks 4g + 2p, 4g + 2p + 1.
             let at = 128 * g + 32 * p;
             for (t, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: g < nb/4, and `rows` holds nb blocks, `st` R·nb
-                // scales.
+                // SAFETY: g < nb/4, and `rows` holds nb blocks, `st` nb scales.
                 let (y0, y1, m0, m1, s2) = unsafe {
                     (
                         chunk(rows.y[t], at),
                         chunk(rows.y[t], at + 64),
                         chunk(rows.lscale[t], at / 4),
                         chunk(rows.lscale[t], at / 4 + 16),
-                        chunk(st, t * nb + 4 * g + 2 * p),
+                        chunk(st, 4 * g + 2 * p),
                     )
                 };
                 let sv = splat2x4(s2);
@@ -138,7 +137,7 @@ fn lanes_ymm<D: Dot, const R: usize>(
             }
         }
         a.1 = to_array4(off);
-        let st = st.get(t * nb..(t + 1) * nb)?;
+        let st = st.get(..nb)?;
         tail_blocks(a, row, st, acts.get(t)?, nb, nb / RUN * RUN)?;
     }
     Some(accs)
@@ -152,13 +151,13 @@ fn offsets4<const R: usize>(
     st: &[f32],
     rows: &Rows<'_, R>,
     t: usize,
-    nb: usize,
+    _nb: usize,
     g: usize,
 ) -> __m128 {
-    // SAFETY: 4g + 4 ≤ nb; `st` holds R·nb scales and `rows` nb offsets
+    // SAFETY: 4g + 4 ≤ nb; `st` holds nb scales and `rows` nb offsets
     // (checked by the callers); the level was detected.
     unsafe {
-        let s4 = chunk::<f32, 4>(st, t * nb + 4 * g);
+        let s4 = chunk::<f32, 4>(st, 4 * g);
         let o4 = chunk::<f32, 4>(rows.boff[t], 4 * g);
         _mm_fmadd_ps(_mm_loadu_ps(s4.as_ptr()), _mm_loadu_ps(o4.as_ptr()), off)
     }
@@ -204,7 +203,7 @@ fn lanes_zmm<const R: usize>(
     acts: &[&QRow; R],
     nb: usize,
 ) -> Option<[(Acc, [f32; RUN]); R]> {
-    if row.len() != 16 * nb || st.len() < R * nb {
+    if row.len() != 16 * nb || st.len() < nb {
         return None;
     }
     // SAFETY: no memory is accessed; the level was detected.
@@ -223,14 +222,14 @@ fn lanes_zmm<const R: usize>(
             )
         };
         for (t, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: g < nb/4, and `rows` holds nb blocks, `st` R·nb scales;
+            // SAFETY: g < nb/4, and `rows` holds nb blocks, `st` nb scales;
             // the level was detected.
             unsafe {
                 let y0 = chunk::<i8, 64>(rows.y[t], 128 * g);
                 let y1 = chunk::<i8, 64>(rows.y[t], 128 * g + 64);
                 let p0 = chunk::<f32, 16>(rows.lscale[t], 32 * g);
                 let p1 = chunk::<f32, 16>(rows.lscale[t], 32 * g + 16);
-                let s4 = chunk::<f32, 4>(st, t * nb + 4 * g);
+                let s4 = chunk::<f32, 4>(st, 4 * g);
                 let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
                 let sv =
                     _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(s4.as_ptr())));
@@ -260,7 +259,7 @@ fn lanes_zmm<const R: usize>(
             }
         }
         a.1 = to_array4(off);
-        let st = st.get(t * nb..(t + 1) * nb)?;
+        let st = st.get(..nb)?;
         tail_blocks(a, row, st, acts.get(t)?, nb, nb / RUN * RUN)?;
     }
     Some(accs)
