@@ -73,6 +73,12 @@ struct CaseResult {
     graph_ms: Option<f64>,
     graph_pct_of_read_bw: Option<f64>,
     graph_x_floor: Option<f64>,
+    /// CUDA only: per block, from [`B2B`] graph replays enqueued back to back
+    /// between two events (the host's launch latency hidden behind the GPU's
+    /// work, as inside an engine's captured step); `graph_ms` times each
+    /// replay alone and so includes it.
+    graph_b2b_ms: Option<f64>,
+    graph_b2b_x_floor: Option<f64>,
     /// CUDA only: kernel launches per block.
     launches: Option<u64>,
 }
@@ -101,6 +107,9 @@ type AnyErr = Box<dyn std::error::Error>;
 
 /// Distinct inputs each case cycles through (see the loop in [`run`]).
 const INPUTS: usize = 16;
+
+/// Graph replays per back-to-back timing (`graph_b2b_ms`).
+const B2B: usize = 2 * INPUTS;
 
 /// Median of the timings of `f` in seconds: warm-up, then ≥ 5 runs and ≥ `min_time`.
 fn time_median(
@@ -282,7 +291,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         preset.name, preset.n_experts, preset.top_k, preset.hidden, preset.intermediate
     );
     println!(
-        "{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9} {:>7} {:>9} {:>6}% {:>8} {:>7} path",
+        "{:<14} {:>6} {:>10} {:>12} {:>9} {:>7} {:>9} {:>7} {:>9} {:>6}% {:>8} {:>7} {:>8} {:>7} path",
         "format",
         "T",
         "median ms",
@@ -294,7 +303,9 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
         "graph ms",
         "bw g",
         "launches",
-        "g x flr"
+        "g x flr",
+        "b2b ms",
+        "b x flr"
     );
     let mut cases = Vec::new();
     for format in formats {
@@ -357,7 +368,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                     Ok(())
                 })?,
             };
-            let (graph_ms, launches) = match &cuda {
+            let (graph_ms, graph_b2b_ms, launches) = match &cuda {
                 Some(dev) => {
                     let mut outs = Vec::with_capacity(INPUTS);
                     let mut launches = 0;
@@ -379,9 +390,15 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                         g.set(i + 1);
                         outs[i % INPUTS].0.replay()
                     })?;
-                    (Some(ms), Some(launches))
+                    let b2b = moekit::cuda::bench::time_ms(dev, 10, || {
+                        for i in 0..B2B {
+                            outs[i % INPUTS].0.replay()?;
+                        }
+                        Ok(())
+                    })? / B2B as f64;
+                    (Some(ms), Some(b2b), Some(launches))
                 }
-                None => (None, None),
+                None => (None, None, None),
             };
             let floor_bytes_ms = bytes as f64 / (bw * 1e9) * 1e3;
             let floor_flops_ms = gemm_tflops.map(|r| block.flops(t) as f64 / (r * 1e12) * 1e3);
@@ -406,13 +423,15 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                 graph_pct_of_read_bw: graph_ms
                     .map(|g| 100.0 * (bytes as f64 / (g * 1e-3) / 1e9) / bw),
                 graph_x_floor: graph_ms.map(|g| g / floor_ms),
+                graph_b2b_ms,
+                graph_b2b_x_floor: graph_b2b_ms.map(|g| g / floor_ms),
                 launches,
             };
             let opt = |v: Option<f64>, w: usize, p: usize| {
                 v.map_or(format!("{:>w$}", "-"), |v| format!("{v:>w$.p$}"))
             };
             println!(
-                "{:<14} {:>6} {:>10.3} {:>12.1} {:>9.2} {:>6.1}% {:>9.2} {:>7.1} {} {} {:>8} {:>7} {}",
+                "{:<14} {:>6} {:>10.3} {:>12.1} {:>9.2} {:>6.1}% {:>9.2} {:>7.1} {} {} {:>8} {:>7} {} {} {}",
                 r.format,
                 t,
                 r.median_ms,
@@ -425,6 +444,8 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                 opt(r.graph_pct_of_read_bw, 6, 1),
                 r.launches.map_or("-".to_string(), |l| l.to_string()),
                 opt(r.graph_x_floor, 7, 2),
+                opt(r.graph_b2b_ms, 8, 4),
+                opt(r.graph_b2b_x_floor, 7, 2),
                 r.path
             );
             cases.push(r);

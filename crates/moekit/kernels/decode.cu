@@ -83,7 +83,7 @@ struct DecodeParams {
   u32 down_room;    // bytes of one decode_down ring buffer
   u32 gu_split;     // warps splitting K in a decode_gate_up_mma block (1, 2, 4 or 8)
   u32 down_split;   // the same for decode_down_mma
-  u32 pad;
+  u32 route_block;  // T up to which decode_route's last block routes each token with all its threads
 };
 static_assert(sizeof(DecodeParams) == 520, "DecodeParams layout");
 
@@ -183,9 +183,10 @@ __device__ __forceinline__ QRow row_of(const DecodeW& w, u64 expert, u32 n) {
   return make_row<F>(w.data, w.scales, w.biases, expert * w.rows + w.row_offset + n, w.k, w.group_shift);
 }
 
-// Routes token t with one warp (route.cuh's rules, the CPU's arithmetic);
-// the ids also go to `ids_s` (shared memory) for the sort.
-__device__ void route_token(const DecodeParams& p, u32 t, const route::Warp& w, u32* ids_s) {
+// Routes token t with a team — a warp or the block (route.cuh's rules, the
+// CPU's arithmetic); the ids also go to `ids_s` (shared memory) for the sort.
+template <class W>
+__device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s) {
   RouteParams rp;
   rp.logits = nullptr;
   rp.ids = p.ids;
@@ -200,8 +201,8 @@ __device__ void route_token(const DecodeParams& p, u32 t, const route::Warp& w, 
   rp.routed_scaling_factor = p.rsf;
   rp.pad = 0;
   const float* row = p.logits + (u64)t * (p.n_experts + 1);
-  for (u32 e = w.lane; e < w.n; e += 32) w.a[e] = row[e];
-  __syncwarp();
+  for (u32 e = w.tid(); e < w.n; e += w.size()) w.a[e] = row[e];
+  w.sync();
   u32 id = route::kNone;
   float wt = 0.f;
   switch (p.rule) {
@@ -211,12 +212,12 @@ __device__ void route_token(const DecodeParams& p, u32 t, const route::Warp& w, 
     case RULE_GROUPED_SOFTMAX: route::Grouped<route::SoftmaxScores>::run(rp, w, id, wt); break;
     default: route::Grouped<route::SigmoidScores>::run(rp, w, id, wt); break;
   }
-  if (w.lane < w.k) {
-    p.ids[(u64)t * w.k + w.lane] = id;
-    p.weights[(u64)t * w.k + w.lane] = wt;
-    ids_s[t * w.k + w.lane] = id;
+  if (w.tid() < w.k) {
+    p.ids[(u64)t * w.k + w.tid()] = id;
+    p.weights[(u64)t * w.k + w.tid()] = wt;
+    ids_s[t * w.k + w.tid()] = id;
   }
-  __syncwarp();
+  w.sync();
 }
 
 constexpr u32 ROUTE_ROW_WARPS = 4;  // warps splitting one router row
@@ -289,7 +290,12 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
   if (!last_arrival(p.ticket, gridDim.x, &s_last)) return;
   const u32 n = nt * k;
   u32* ids_s = reinterpret_cast<u32*>(dec_smem + max(p.route_warps * 3 * E, E + 1));
-  if (warp < p.route_warps) {
+  if (nt <= p.route_block && E <= route::kBlockKeys) {
+    // Few tokens: each routed by the whole block in turn (the first warp's buffers).
+    __shared__ route::BlockScratch s_route;
+    const route::Block w{lane, E, k, dec_smem, dec_smem + E, dec_smem + 2 * E, &s_route};
+    for (u32 t = 0; t < nt; ++t) route_token(p, t, w, ids_s);
+  } else if (warp < p.route_warps) {
     float* a = dec_smem + (u64)warp * 3 * E;
     const route::Warp w{lane, E, k, a, a + E, a + 2 * E};
     for (u32 t = warp; t < nt; t += p.route_warps) route_token(p, t, w, ids_s);
@@ -358,10 +364,13 @@ __device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& share
   pdl_trigger();
   pdl_wait();
   shared = blockIdx.y == p.max_active;
+  // Both words at once (one round trip): active[y] is in bounds (y <
+  // max_active ≤ E) and ignored when y ≥ n_active.
+  const u32 n_active = *p.n_active, ey = shared ? 0 : p.active[blockIdx.y];
   e = 0;
   if (shared) return p.sg.data != nullptr;
-  if (blockIdx.y >= *p.n_active) return false;
-  e = p.active[blockIdx.y];
+  if (blockIdx.y >= n_active) return false;
+  e = ey;
   return true;
 }
 
@@ -542,11 +551,12 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 3) decode_down_mma(const __gri
   pdl_wait();  // gate/up's act rows (and, through it, the routing)
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, H = p.hidden, k = p.top_k;
   const u32 n_slots = nt * k;
-  const u32 n_active = *p.n_active;
   const bool has_shared = p.sd.data != nullptr;
   const bool shared = blockIdx.y == p.max_active;
+  // Both words at once, as in gate_up_begin.
+  const u32 n_active = *p.n_active, ey = shared ? 0 : p.active[blockIdx.y];
   if (shared ? !has_shared : blockIdx.y >= n_active) return;
-  const u32 e = shared ? 0 : p.active[blockIdx.y];
+  const u32 e = ey;
   const DecodeW& D = shared ? p.sd : p.down_w;
   const MmaWarp mw(p.down_split);
   const u32 tile_rows = MMA_TILE * (MMA_WARPS / mw.ks_n), row_base = blockIdx.x * tile_rows;

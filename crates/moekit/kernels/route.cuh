@@ -62,36 +62,47 @@ __device__ __forceinline__ u64 rank_key(float v, u32 i) {
   return ((u64)o << 32) | (u64)(0xFFFFFFFFu - i);
 }
 
-// Keys a lane holds in registers for the selection (indices lane + 32 j,
-// j < SEL_REG): E ≤ 32 · SEL_REG selects without shared-memory loads in
-// its rounds; larger E re-reads the lane's share from `key`.
+// Keys a lane keeps in a sorted register list for the selection (of its
+// share, indices lane + 32 j): the whole share for E ≤ 32 · SEL_REG, else
+// its SEL_REG best, re-scanned from `key` only if a lane wins more rounds.
 constexpr u32 SEL_REG = 8;
 
 // The best key of this lane's share (indices lane + 32 j, bit j of `taken`
-// clear) and its j; key 0 when none.
-__device__ __forceinline__ u64 lane_best(const float* key, u32 n, u32 lane, u32 taken, u32& bj) {
+// clear); key 0 when none.
+__device__ __forceinline__ u64 lane_best(const float* key, u32 n, u32 lane, u32 taken) {
   u64 best = 0;
   for (u32 j = 0, e = lane; e < n; ++j, e += 32) {
     if ((taken >> j) & 1u) continue;
     const u64 k = rank_key(key[e], e);
-    if (k > best) {
-      best = k;
-      bj = j;
-    }
+    best = k > best ? k : best;
   }
   return best;
 }
 
-// The same over keys held in registers (0 = absent or taken).
-__device__ __forceinline__ u64 reg_best(const u64 (&k)[SEL_REG], u32& bj) {
-  u64 best = 0;
+// Sorts the SEL_REG keys of a lane in descending order (Batcher's odd-even
+// merge sort of 8: 19 compare-exchanges, all indices compile-time, so the
+// keys stay in registers).
+__device__ __forceinline__ void sort_desc(u64 (&k)[SEL_REG]) {
+  static_assert(SEL_REG == 8, "sort_desc is the network for 8 keys");
+  constexpr u32 kNet[19][2] = {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {0, 2}, {1, 3}, {4, 6},
+                               {5, 7}, {1, 2}, {5, 6}, {0, 4}, {1, 5}, {2, 6}, {3, 7},
+                               {2, 4}, {3, 5}, {1, 2}, {3, 4}, {5, 6}};
 #pragma unroll
-  for (u32 j = 0; j < SEL_REG; ++j)
-    if (k[j] > best) {
-      best = k[j];
-      bj = j;
-    }
-  return best;
+  for (u32 c = 0; c < 19; ++c) {
+    const u64 a = k[kNet[c][0]], b = k[kNet[c][1]];
+    k[kNet[c][0]] = a > b ? a : b;
+    k[kNet[c][1]] = a > b ? b : a;
+  }
+}
+
+// Inserts x into the descending list k, dropping the smallest.
+__device__ __forceinline__ void insert_desc(u64 (&k)[SEL_REG], u64 x) {
+#pragma unroll
+  for (u32 i = 0; i < SEL_REG; ++i) {
+    const u64 hi = x > k[i] ? x : k[i];
+    x = x > k[i] ? k[i] : x;
+    k[i] = hi;
+  }
 }
 
 // The 64-bit warp max of unique keys, as two 32-bit warp reductions
@@ -107,39 +118,34 @@ __device__ __forceinline__ u64 warp_max_key(u64 best) {
 // lane j < count receives the index of the j-th best in `nth` (kNone for the
 // others). Returns this lane's mask of selected keys (bit i: key lane + 32 i).
 // Every lane of the warp must call it; `key` must be visible to all lanes.
-// Each round is one warp max of unique keys (they hold the index); the
-// winning lane then finds its next best — in registers for n ≤ 32·SEL_REG.
+// Each lane first sorts its keys (its SEL_REG best) into registers; a round
+// is then one warp max of unique keys (they hold the index) and, on the
+// winning lane, a shift of its list — a search only when a lane of a share
+// larger than SEL_REG has won SEL_REG rounds.
 __device__ u32 select_best(const float* key, u32 n, u32 count, u32 lane, u32& nth) {
-  u32 taken = 0, bj = 0;
+  u32 taken = 0;
   nth = kNone;
-  if (n <= 32 * SEL_REG) {
-    u64 k[SEL_REG];
+  u64 k[SEL_REG];
 #pragma unroll
-    for (u32 j = 0; j < SEL_REG; ++j) {
-      const u32 e = lane + 32 * j;
-      k[j] = e < n ? rank_key(key[e], e) : 0;
-    }
-    u64 best = reg_best(k, bj);
-    for (u32 j = 0; j < count; ++j) {
-      const u64 m = warp_max_key(best);
-      if (lane == j) nth = 0xFFFFFFFFu - (u32)m;  // 0 (no candidate) decodes to kNone
-      if (m != 0 && best == m) {
-        taken |= 1u << bj;
-#pragma unroll
-        for (u32 i = 0; i < SEL_REG; ++i)
-          if (i == bj) k[i] = 0;
-        best = reg_best(k, bj);
-      }
-    }
-    return taken;
+  for (u32 j = 0; j < SEL_REG; ++j) {
+    const u32 e = lane + 32 * j;
+    k[j] = e < n ? rank_key(key[e], e) : 0;
   }
-  u64 best = lane_best(key, n, lane, taken, bj);
+  sort_desc(k);
+  const bool spills = n > 32 * SEL_REG;
+  if (spills)
+    for (u32 e = lane + 32 * SEL_REG; e < n; e += 32) insert_desc(k, rank_key(key[e], e));
   for (u32 j = 0; j < count; ++j) {
-    const u64 m = warp_max_key(best);
-    if (lane == j) nth = 0xFFFFFFFFu - (u32)m;
-    if (m != 0 && best == m) {
-      taken |= 1u << bj;
-      best = lane_best(key, n, lane, taken, bj);
+    const u64 m = warp_max_key(k[0]);
+    const u32 e = 0xFFFFFFFFu - (u32)m;  // 0 (no candidate) decodes to kNone
+    if (lane == j) nth = e;
+    if (m != 0 && k[0] == m) {
+      taken |= 1u << ((e - lane) >> 5);
+#pragma unroll
+      for (u32 i = 0; i + 1 < SEL_REG; ++i) k[i] = k[i + 1];
+      k[SEL_REG - 1] = 0;
+      // Every listed key is taken: the next best of the share is unlisted.
+      if (spills && k[0] == 0) k[0] = lane_best(key, n, lane, taken);
     }
   }
   return taken;
@@ -169,16 +175,22 @@ __device__ __forceinline__ float ordered_sum(const float* buf, u32 n) {
   return s;
 }
 
-// 0 + v(lane 0) + … + v(lane k-1) in slot order (k ≤ 32), on every lane:
-// the k shuffles are independent, only the additions are serial.
+// 0 + v(lane 0) + … + v(lane k-1) in slot order (k ≤ 32, the same on every
+// lane), on every lane: the k shuffles are independent, only the additions
+// are serial.
 __device__ __forceinline__ float slot_sum(float v, u32 k) {
   float x[32];
 #pragma unroll
-  for (int j = 0; j < 32; ++j) x[j] = __shfl_sync(kFull, v, j);
+  for (int j = 0; j < 32; ++j) {
+    if ((u32)j >= k) break;
+    x[j] = __shfl_sync(kFull, v, j);
+  }
   float s = 0.f;
 #pragma unroll
-  for (int j = 0; j < 32; ++j)
-    if ((u32)j < k) s = __fadd_rn(s, x[j]);
+  for (int j = 0; j < 32; ++j) {
+    if ((u32)j >= k) break;
+    s = __fadd_rn(s, x[j]);
+  }
   return s;
 }
 
@@ -188,19 +200,91 @@ __device__ __forceinline__ float renormalise(float w, u32 k) {
   return s > 0.f ? __fdiv_rn(w, s) : w;
 }
 
-// One token's warp: lane, E, k, and three shared buffers of E floats; `a`
-// holds the token's logits (f32) on entry.
+// A team routes one token: a warp (route.cu, and decode.cu for several
+// tokens at once) or a whole block (decode.cu for one or two tokens). Both
+// hold E, k and three shared buffers of E floats (`a` holds the token's
+// logits on entry), walk the experts with stride size() from tid(), and
+// give the k slots to threads tid() < k — lanes of the first warp either
+// way, so the slot-order sums (slot_sum, renormalise) are the same
+// shuffles. Every value is the same in both: the selection and the max are
+// exact, and every sum runs in one fixed order.
 struct Warp {
   u32 lane, n, k;
   float* a;
   float* b;
   float* c;
+  __device__ __forceinline__ u32 tid() const { return lane; }
+  __device__ __forceinline__ u32 size() const { return 32; }
+  __device__ __forceinline__ void sync() const { __syncwarp(); }
+  // The largest of buf[0..n), on every lane.
+  __device__ __forceinline__ float max_all(const float* buf) const { return all_max(buf, n, lane); }
+  // select_best of key[0..nk): lane j < count gets the j-th best; the
+  // mask has bit i for key lane + 32 i.
+  __device__ __forceinline__ u32 select(const float* key, u32 nk, u32 count, u32& nth) const {
+    return select_best(key, nk, count, lane, nth);
+  }
 };
 
-// Softmax over the chosen k (max and sum in slot order): lane j < k gets the
-// weight of slot j; `id` is the slot's expert (kNone on lanes ≥ k).
-__device__ __forceinline__ float chosen_softmax(const Warp& w, u32 id) {
-  const bool mine = w.lane < w.k;
+// Largest E (and group count) a block routes.
+constexpr u32 kBlockKeys = 256;
+
+// A block's shared scratch for routing one token.
+struct BlockScratch {
+  u64 keys[kBlockKeys];
+  u32 chosen[kMaxTopK];
+  float red[32];
+};
+
+// A whole block routing one token: the selection counts each key's rank
+// (the keys greater than it) on its own thread, so no round waits on the
+// previous one. Every thread of the block must call every method.
+struct Block {
+  u32 lane, n, k;
+  float* a;
+  float* b;
+  float* c;
+  BlockScratch* s;
+  __device__ __forceinline__ u32 tid() const { return threadIdx.x; }
+  __device__ __forceinline__ u32 size() const { return blockDim.x; }
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+  __device__ float max_all(const float* buf) const {
+    float m = neg_inf();
+    for (u32 e = tid(); e < n; e += size()) m = fmaxf(m, buf[e]);
+    m = warp_max(m);
+    if (lane == 0) s->red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    float r = s->red[0];
+    for (u32 w = 1; w < (blockDim.x >> 5); ++w) r = fmaxf(r, s->red[w]);
+    __syncthreads();  // red is free again
+    return r;
+  }
+  // As Warp::select (nk ≤ kBlockKeys); the mask has bit i for key tid + size·i.
+  __device__ u32 select(const float* key, u32 nk, u32 count, u32& nth) const {
+    for (u32 e = tid(); e < nk; e += size()) s->keys[e] = rank_key(key[e], e);
+    __syncthreads();
+    u32 taken = 0;
+    for (u32 i = tid(), bit = 0; i < nk; i += size(), ++bit) {
+      const u64 ki = s->keys[i];
+      u32 r = 0;
+#pragma unroll 8
+      for (u32 j = 0; j < nk; ++j) r += s->keys[j] > ki ? 1u : 0u;
+      if (r < count) {
+        s->chosen[r] = i;
+        taken |= 1u << bit;
+      }
+    }
+    __syncthreads();
+    nth = tid() < count ? s->chosen[tid()] : kNone;
+    __syncthreads();  // keys and chosen are free again
+    return taken;
+  }
+};
+
+// Softmax over the chosen k (max and sum in slot order): slot thread j < k
+// gets the weight of slot j; `id` is the slot's expert (kNone past k).
+template <class W>
+__device__ __forceinline__ float chosen_softmax(const W& w, u32 id) {
+  const bool mine = w.tid() < w.k;
   const float v = mine ? w.a[id] : neg_inf();
   const float m = warp_max(v);
   const float x = mine ? exp_f32(__fsub_rn(v, m)) : 0.f;
@@ -210,53 +294,58 @@ __device__ __forceinline__ float chosen_softmax(const Warp& w, u32 id) {
 
 // Qwen3-MoE / Qwen2-MoE: softmax over all, top-k (on the logits), optional renormalisation.
 struct SoftmaxTopK {
-  static __device__ void run(const RouteParams& p, const Warp& w, u32& id, float& wt) {
-    select_best(w.a, w.n, w.k, w.lane, id);
-    const float m = all_max(w.a, w.n, w.lane);
+  template <class W>
+  static __device__ void run(const RouteParams& p, const W& w, u32& id, float& wt) {
+    w.select(w.a, w.n, w.k, id);
+    const float m = w.max_all(w.a);
     // Unrolled: independent exponentials overlap.
 #pragma unroll 4
-    for (u32 e = w.lane; e < w.n; e += 32) w.b[e] = exp_f32(__fsub_rn(w.a[e], m));
-    __syncwarp();
+    for (u32 e = w.tid(); e < w.n; e += w.size()) w.b[e] = exp_f32(__fsub_rn(w.a[e], m));
+    w.sync();
     const float sum = ordered_sum(w.b, w.n);
-    wt = w.lane < w.k ? __fdiv_rn(w.b[id], sum) : 0.f;
+    wt = w.tid() < w.k ? __fdiv_rn(w.b[id], sum) : 0.f;
     if (p.norm_topk_prob) wt = renormalise(wt, w.k);
   }
 };
 
 // Mixtral / gpt-oss: top-k on the logits, softmax over the chosen.
 struct TopKSoftmax {
-  static __device__ void run(const RouteParams&, const Warp& w, u32& id, float& wt) {
-    select_best(w.a, w.n, w.k, w.lane, id);
+  template <class W>
+  static __device__ void run(const RouteParams&, const W& w, u32& id, float& wt) {
+    w.select(w.a, w.n, w.k, id);
     wt = chosen_softmax(w, id);
   }
 };
 
 // Gemma-4: as TopKSoftmax, then × per_expert_scale[e] (p.vec).
 struct Gemma4 {
-  static __device__ void run(const RouteParams& p, const Warp& w, u32& id, float& wt) {
-    select_best(w.a, w.n, w.k, w.lane, id);
+  template <class W>
+  static __device__ void run(const RouteParams& p, const W& w, u32& id, float& wt) {
+    w.select(w.a, w.n, w.k, id);
     wt = chosen_softmax(w, id);
-    if (w.lane < w.k) wt = __fmul_rn(wt, p.vec[id]);
+    if (w.tid() < w.k) wt = __fmul_rn(wt, p.vec[id]);
   }
 };
 
 // Scores of the grouped router, computed in place over w.a (the logits).
 struct SoftmaxScores {
   static constexpr bool kSigmoid = false;
-  static __device__ void scores(const Warp& w) {
-    const float m = all_max(w.a, w.n, w.lane);
-    for (u32 e = w.lane; e < w.n; e += 32) w.a[e] = exp_f32(__fsub_rn(w.a[e], m));
-    __syncwarp();
+  template <class W>
+  static __device__ void scores(const W& w) {
+    const float m = w.max_all(w.a);
+    for (u32 e = w.tid(); e < w.n; e += w.size()) w.a[e] = exp_f32(__fsub_rn(w.a[e], m));
+    w.sync();
     const float sum = ordered_sum(w.a, w.n);
-    __syncwarp();
-    for (u32 e = w.lane; e < w.n; e += 32) w.a[e] = __fdiv_rn(w.a[e], sum);
+    w.sync();
+    for (u32 e = w.tid(); e < w.n; e += w.size()) w.a[e] = __fdiv_rn(w.a[e], sum);
   }
 };
 
 struct SigmoidScores {
   static constexpr bool kSigmoid = true;
-  static __device__ void scores(const Warp& w) {
-    for (u32 e = w.lane; e < w.n; e += 32) w.a[e] = sigmoid(w.a[e]);
+  template <class W>
+  static __device__ void scores(const W& w) {
+    for (u32 e = w.tid(); e < w.n; e += w.size()) w.a[e] = sigmoid(w.a[e]);
   }
 };
 
@@ -266,9 +355,10 @@ template <class Scores>
 struct Grouped {
   // Zeroes q outside the topk_group best of n_group groups (mlx-lm's masking:
   // masked experts keep key 0.0 and stay selectable).
-  static __device__ void mask_groups(const RouteParams& p, const Warp& w) {
+  template <class W>
+  static __device__ void mask_groups(const RouteParams& p, const W& w) {
     const u32 g_n = p.n_group, size = w.n / g_n;
-    for (u32 g = w.lane; g < g_n; g += 32) {
+    for (u32 g = w.tid(); g < g_n; g += w.size()) {
       float v1 = 0.f, v2 = 0.f;
       u32 i1 = kNone, i2 = kNone;
       for (u32 e = g * size; e < (g + 1) * size; ++e) {
@@ -286,24 +376,25 @@ struct Grouped {
       // sigmoid: sum of the two best (the one, for groups of one); softmax: the best.
       w.c[g] = (Scores::kSigmoid && i2 != kNone) ? __fadd_rn(v1, v2) : v1;
     }
-    __syncwarp();
+    w.sync();
     u32 unused;
-    const u32 kept = select_best(w.c, g_n, p.topk_group, w.lane, unused);
-    __syncwarp();
-    for (u32 g = w.lane, j = 0; g < g_n; g += 32, ++j) w.c[g] = ((kept >> j) & 1u) ? 1.f : 0.f;
-    __syncwarp();
-    for (u32 e = w.lane; e < w.n; e += 32)
+    const u32 kept = w.select(w.c, g_n, p.topk_group, unused);
+    w.sync();
+    for (u32 g = w.tid(), j = 0; g < g_n; g += w.size(), ++j) w.c[g] = ((kept >> j) & 1u) ? 1.f : 0.f;
+    w.sync();
+    for (u32 e = w.tid(); e < w.n; e += w.size())
       if (w.c[e / size] == 0.f) w.b[e] = 0.f;
-    __syncwarp();
+    w.sync();
   }
 
-  static __device__ void run(const RouteParams& p, const Warp& w, u32& id, float& wt) {
+  template <class W>
+  static __device__ void run(const RouteParams& p, const W& w, u32& id, float& wt) {
     Scores::scores(w);
-    for (u32 e = w.lane; e < w.n; e += 32) w.b[e] = p.vec ? __fadd_rn(w.a[e], p.vec[e]) : w.a[e];
-    __syncwarp();
+    for (u32 e = w.tid(); e < w.n; e += w.size()) w.b[e] = p.vec ? __fadd_rn(w.a[e], p.vec[e]) : w.a[e];
+    w.sync();
     if (p.n_group > 1 && p.topk_group < p.n_group) mask_groups(p, w);
-    select_best(w.b, w.n, w.k, w.lane, id);
-    wt = w.lane < w.k ? w.a[id] : 0.f;
+    w.select(w.b, w.n, w.k, id);
+    wt = w.tid() < w.k ? w.a[id] : 0.f;
     if (p.norm_topk_prob && w.k > 1) wt = renormalise(wt, w.k);
     wt = __fmul_rn(wt, p.routed_scaling_factor);
   }

@@ -314,3 +314,35 @@ fn decode_path_is_refused_where_it_does_not_apply() {
     // Auto falls back to the general path above 64 tokens.
     assert_eq!(b.forward(&x).unwrap().shape(), &[65, s.h]);
 }
+
+/// A reduced sweep for compute-sanitizer (memcheck, racecheck; run by
+/// `SANITIZE=1 bash gpu-bundle/run.sh decode::sanitizer_sweep`): every
+/// routing rule, the gated shared expert, the tensor-core (16-bit) and
+/// CUDA-core (f32) expert kernels, T = 1 and 5, on small shapes.
+#[test]
+fn sanitizer_sweep() {
+    let s = Shape {
+        e: 16,
+        k: 4,
+        h: 256,
+        i: 256,
+        si: 256,
+        fused: false,
+        gated: true,
+    };
+    for f in ["q4_k", "affine4", "q8_0", "bf16"] {
+        for kind in rules(s.e) {
+            let cpu = block(WeightFormat::parse(f).unwrap(), &s, kind.clone());
+            let dev = cpu.to_device(gpu()).unwrap();
+            for t in [1, 5] {
+                for dt in [DType::F32, DType::Bf16] {
+                    let x = random(&[t, s.h], dt, t as u64 + 20);
+                    let want = cpu_forward(&cpu, &x);
+                    let e = nmse(&run(&dev, MoePath::Decode, &x), &want);
+                    let b = if dt == DType::F32 { 1e-9 } else { 1e-3 };
+                    assert!(e <= b, "{f} {kind:?} T={t} {dt}: NMSE {e:e}");
+                }
+            }
+        }
+    }
+}

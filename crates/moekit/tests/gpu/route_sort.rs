@@ -363,6 +363,27 @@ fn route_exact_ties_pick_the_lower_index() {
 }
 
 #[test]
+fn route_one_share_holding_the_best_keys() {
+    // Experts ≡ 5 (mod 32) outrank every other: one lane of the selecting
+    // warp wins every round, past the end of its sorted register list
+    // (8 keys) where E > 256 and k > 8 (E = 1024, k = 32).
+    for (name, c) in configs().into_iter().chain(configs_1024()) {
+        let (t, e) = (8, c.n_experts);
+        let x: Vec<f32> = random(&[t, e], DType::F32, 77)
+            .to_f32_vec()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| if (i % e) % 32 == 5 { 8.0 + v } else { *v })
+            .collect();
+        for dt in DTYPES {
+            let logits = Tensor::from_f32(&x, &[t, e], dt).unwrap();
+            check_route(&logits, &c, &format!("one share {name} {dt}"));
+        }
+    }
+}
+
+#[test]
 fn route_special_values_match_cpu() {
     // NaN ranks last, -inf, signed zeros: ids exact, weights equal or both NaN.
     let set = [f32::NAN, f32::NEG_INFINITY, -0.0, 0.0, 1.0, -1.0, 2.0];
