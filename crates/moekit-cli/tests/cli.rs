@@ -390,7 +390,7 @@ fn write_big_gguf(path: &Path, layers: usize, e: u64, h: u64, i: u64) -> u64 {
             off += bytes.div_ceil(32) * 32;
         }
     }
-    while b.len() % 32 != 0 {
+    while !b.len().is_multiple_of(32) {
         b.push(0);
     }
     let f = std::fs::File::create(path).unwrap();

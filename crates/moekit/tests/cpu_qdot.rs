@@ -578,7 +578,11 @@ fn affine_reference(raw: RawRow<'_>, a: &QRow) -> f32 {
     for b in 0..nb {
         let code = |i: usize| -> i32 {
             let byte = bytes[16 * b + i / 2];
-            i32::from(if i % 2 == 0 { byte & 15 } else { byte >> 4 })
+            i32::from(if i.is_multiple_of(2) {
+                byte & 15
+            } else {
+                byte >> 4
+            })
         };
         let s = scales.get(b / bpg) * dx[b];
         // Stored lane j: values of parity j / 4, positions 4(j % 4)..+4.

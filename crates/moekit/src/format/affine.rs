@@ -80,7 +80,7 @@ fn check_matrix(
 ) -> Result<(usize, usize, usize)> {
     check_params(op, bits, group_size)?;
     ensure(
-        cols > 0 && cols % group_size == 0,
+        cols > 0 && cols.is_multiple_of(group_size),
         op,
         "cols",
         format_args!("a positive multiple of group_size {group_size}"),
@@ -330,7 +330,7 @@ pub fn dequantize_row<S: Float>(
     let k = out.len();
     check_params(OP, bits, group_size)?;
     ensure(
-        k > 0 && k % group_size == 0,
+        k > 0 && k.is_multiple_of(group_size),
         OP,
         "out",
         format_args!("length K, a positive multiple of group_size {group_size}"),
@@ -387,7 +387,7 @@ pub fn dequantize_u8_row(
     let k = out.len();
     ensure(group_size > 0, OP, "group_size", "> 0", group_size)?;
     ensure(
-        k > 0 && k % group_size == 0,
+        k > 0 && k.is_multiple_of(group_size),
         OP,
         "out",
         format_args!("a positive multiple of group_size {group_size}"),
@@ -440,7 +440,7 @@ pub fn pack_codes(bits: u32, codes: &[u8]) -> Result<Vec<u32>> {
         bits,
     )?;
     ensure(
-        codes.len() % 32 == 0,
+        codes.len().is_multiple_of(32),
         OP,
         "codes",
         "a multiple of 32 codes",
@@ -485,7 +485,7 @@ pub fn unpack_codes(bits: u32, packed: &[u32]) -> Result<Vec<u8>> {
     )?;
     let b = bits as usize;
     ensure(
-        packed.len() % b == 0,
+        packed.len().is_multiple_of(b),
         OP,
         "packed",
         format_args!("a multiple of {bits} words"),

@@ -171,7 +171,7 @@ fn check_lengths(
 ) -> Result<()> {
     let bs = ty.block_size();
     ensure(
-        n_values % bs == 0,
+        n_values.is_multiple_of(bs),
         op,
         values_arg,
         format!("a length that is a multiple of {bs} (the {ty} block size)"),

@@ -93,7 +93,7 @@ pub fn kind_of_rows(dec: &RowDecoder<'_>) -> Option<QKind> {
         RawRow::Affine { params, .. } => kind_of_affine(params),
         _ => None,
     };
-    kind.filter(|k| dec.cols() > 0 && dec.cols() % k.block == 0)
+    kind.filter(|k| dec.cols() > 0 && dec.cols().is_multiple_of(k.block))
 }
 
 /// Where the two 16-code halves of 32-value block `b` (of `nb`) are stored:
@@ -225,7 +225,7 @@ impl QRow {
     /// a lane of small values gets finer steps than the block's largest
     /// value allows.
     pub fn new(x: &[f32], kind: QKind) -> Result<QRow> {
-        if kind.block == 0 || kind.block > 256 || x.len() % kind.block != 0 {
+        if kind.block == 0 || kind.block > 256 || !x.len().is_multiple_of(kind.block) {
             return Err(invalid(
                 "QRow::new",
                 "x",
