@@ -16,13 +16,14 @@
 //!   [`MoeBlock::forward_with`]; [`plan::plan`] says which path runs and why
 //!   the others refused. [`Backend`] picks the CPU oracle, the fast CPU path
 //!   or CUDA.
-//! * CPU numerics: for GGUF Q4_0, Q8_0, Q4_K and MLX 4-bit affine experts
-//!   the fast CPU path quantizes each activation row once per call to
-//!   8-bit blocks and runs integer dot kernels (deterministic,
-//!   batch-invariant, NMSE ≤ 1e-4 against f32 activations; the router
-//!   keeps f32 activations); [`cpu::with_act_mode`] or the environment
-//!   variable `MOEKIT_CPU_ACT=f32` ([`cpu::ACT_ENV`]) keep f32
-//!   activations. The kernels' instruction set (portable, AVX2, AVX-VNNI,
+//! * CPU numerics: for GGUF and MLX affine experts (all but Q4_1 and
+//!   affine 2- and 8-bit, whose f32 kernels measured faster) the fast CPU
+//!   path quantizes each activation row once per call to 8-bit blocks and
+//!   runs integer dot kernels (deterministic, batch-invariant, NMSE ≤ 1e-4
+//!   against f32 activations; the router keeps f32 activations);
+//!   [`cpu::with_act_mode`] or the environment variable
+//!   `MOEKIT_CPU_ACT=f32` ([`cpu::ACT_ENV`]) keep f32 activations,
+//!   `MOEKIT_CPU_ACT=q8` takes the integer kernels for every format. The kernels' instruction set (portable, AVX2, AVX-VNNI,
 //!   AVX512-VNNI) is detected at run time ([`cpu::simd_level`]) and capped
 //!   by `MOEKIT_CPU_LEVEL`.
 //! * Core types: [`Tensor`], [`DType`], [`Device`], [`Error`].

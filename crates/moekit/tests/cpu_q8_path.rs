@@ -18,15 +18,28 @@ use moekit::testing::decoder;
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
 use rand::Rng;
 
-/// The formats with integer kernels.
-const Q8_FORMATS: [&str; 6] = [
+/// The formats with integer kernels (every GGUF type and MLX affine width).
+const Q8_FORMATS: [&str; 16] = [
     "q4_0",
     "q8_0",
     "q4_k",
     "affine4",
     "affine4-g32",
     "affine4-g128",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+    "q2_k",
+    "q3_k",
+    "q5_k",
+    "q6_k",
+    "affine8",
+    "affine2-g32",
+    "affine6-g128",
 ];
+
+/// The formats whose integer kernels run only with `ActMode::Q8`.
+const F32_BY_DEFAULT: [&str; 3] = ["q4_1", "affine2-g32", "affine8"];
 
 fn weights(f: &str, e: usize, n: usize, k: usize, seed: u64) -> QuantWeights {
     let f = WeightFormat::parse(f).unwrap();
@@ -44,22 +57,26 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 #[test]
 fn act_choice_names_the_path_and_why() {
-    for name in Q8_FORMATS
-        .iter()
-        .chain(&["q6_k", "q4_1", "affine4", "bf16"])
-    {
+    for name in Q8_FORMATS.iter().chain(&["affine-u8", "bf16", "f32"]) {
         let w = weights(name, 1, 2, 256, 1);
         let kind = kind_of_rows(&decoder(&w).unwrap());
         assert_eq!(kind.is_some(), Q8_FORMATS.contains(name), "{name}");
         for mode in [ActMode::Auto, ActMode::Q8, ActMode::F32] {
             for st in [Strategy::Auto, Strategy::FusedDot, Strategy::DecodeOnce] {
                 let c = act_choice(st, mode, &[kind]);
-                let want = kind.is_some() && mode != ActMode::F32 && st != Strategy::DecodeOnce;
+                // Q4_1, affine2 and affine8: the f32 kernels by default.
+                let slow = F32_BY_DEFAULT.contains(name);
+                assert_eq!(kind.is_some_and(|k| !k.by_default()), slow, "{name}");
+                let want = kind.is_some()
+                    && mode != ActMode::F32
+                    && st != Strategy::DecodeOnce
+                    && (mode == ActMode::Q8 || !slow);
                 assert_eq!(c.q8, want, "{name} {mode} {st:?}: {}", c.reason);
                 let why = match (mode, st, kind) {
                     (ActMode::F32, _, _) => "f32 activations requested",
                     (_, Strategy::DecodeOnce, _) => "DecodeOnce dots dequantized f32 rows",
                     (_, _, None) => "no integer kernels for the weight format",
+                    (ActMode::Auto, _, _) if slow => "f32 kernels faster for the weight format",
                     _ => "integer kernels for the weight format",
                 };
                 assert_eq!(c.reason, why);
@@ -67,7 +84,10 @@ fn act_choice_names_the_path_and_why() {
         }
     }
     // Two sources (gate and up): q8 only if both have kernels.
-    let (a, b) = (weights("q4_k", 1, 2, 256, 1), weights("q6_k", 1, 2, 256, 1));
+    let (a, b) = (
+        weights("q4_k", 1, 2, 256, 1),
+        weights("affine-u8", 1, 2, 256, 1),
+    );
     let kinds = [a, b].map(|w| kind_of_rows(&decoder(&w).unwrap()));
     assert!(!act_choice(Strategy::Auto, ActMode::Auto, &kinds).q8);
     // The process default comes from MOEKIT_CPU_ACT (unset: auto).
@@ -95,6 +115,12 @@ fn ids(m: usize, e: usize, seed: u64) -> Vec<u32> {
 
 #[test]
 fn a_tokens_result_does_not_depend_on_the_batch() {
+    // ActMode::Q8: the integer kernels also of the formats whose default is
+    // f32.
+    with_act_mode(ActMode::Q8, token_results_do_not_depend_on_the_batch);
+}
+
+fn token_results_do_not_depend_on_the_batch() {
     let (e, n, k, m) = (5, 40, 512, 37);
     for f in Q8_FORMATS {
         let w = weights(f, e, n, k, 3);
@@ -150,10 +176,14 @@ fn results_do_not_depend_on_the_thread_count() {
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            pool.install(|| gather_mm_on(Backend::CpuFast, &x, &w, RowExperts::PerRow(&idt)))
-                .unwrap()
-                .to_f32_vec()
-                .unwrap()
+            pool.install(|| {
+                with_act_mode(ActMode::Q8, || {
+                    gather_mm_on(Backend::CpuFast, &x, &w, RowExperts::PerRow(&idt))
+                })
+            })
+            .unwrap()
+            .to_f32_vec()
+            .unwrap()
         };
         let one = bits(&run(1));
         for threads in [2, 3, 5, 8] {
@@ -162,7 +192,7 @@ fn results_do_not_depend_on_the_thread_count() {
     }
 }
 
-/// GGUF fixtures' MoE blocks (Q4_0, Q4_K, Q8_0 experts) on batches of 64
+/// GGUF fixtures' MoE blocks (Q4_0, Q4_K, Q8_0, Q6_K, … experts) on batches of 64
 /// tokens: a token's output row is the same in any batch (here: the batch
 /// reversed, and the token among 63 other tokens), though its experts'
 /// segments change size (≤ 4 rows and more). Batches of more than 4 tokens
@@ -179,7 +209,7 @@ fn moe_block_outputs_do_not_depend_on_the_batch() {
         let q8 = |w: &QuantWeights| {
             matches!(
                 w.format(),
-                WeightFormat::Ggml(GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q8_0)
+                WeightFormat::Ggml(t) if t != GgmlType::Q4_1
             )
         };
         let gate = match &block.parts().gate_up {

@@ -162,7 +162,8 @@ fn level_for(env: Option<&str>) -> SimdLevel {
 #[non_exhaustive]
 pub enum ActMode {
     /// Quantized activations for the formats where that is faster (every
-    /// format with an integer kernel), f32 elsewhere.
+    /// GGUF and MLX affine format but Q4_1 and affine 2 and 8 bits), f32
+    /// elsewhere.
     Auto,
     /// f32 activations everywhere.
     F32,

@@ -90,11 +90,10 @@ pub struct ActChoice {
 }
 
 /// The one place that decides between the f32 and the quantized-activation
-/// path of a projection: q8 where the mode allows it ([`ActMode::Auto`]
-/// and [`ActMode::Q8`]; every format with integer kernels is faster with
-/// them, so the two agree for now), the strategy fuses dots, and every
-/// source's format has integer kernels (`kinds`, from
-/// [`kind_of_rows`]).
+/// path of a projection: q8 where the mode allows it ([`ActMode::Q8`], and
+/// [`ActMode::Auto`] where every source's kind is
+/// [`by_default`](QKind::by_default)), the strategy fuses dots, and every
+/// source's format has integer kernels (`kinds`, from [`kind_of_rows`]).
 pub fn act_choice(strategy: Strategy, mode: ActMode, kinds: &[Option<QKind>]) -> ActChoice {
     let (q8, reason) = if mode == ActMode::F32 {
         (false, "f32 activations requested")
@@ -102,6 +101,8 @@ pub fn act_choice(strategy: Strategy, mode: ActMode, kinds: &[Option<QKind>]) ->
         (false, "DecodeOnce dots dequantized f32 rows")
     } else if kinds.iter().any(Option::is_none) {
         (false, "no integer kernels for the weight format")
+    } else if mode == ActMode::Auto && kinds.iter().flatten().any(|k| !k.by_default()) {
+        (false, "f32 kernels faster for the weight format")
     } else {
         (true, "integer kernels for the weight format")
     };

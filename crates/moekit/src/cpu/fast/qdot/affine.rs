@@ -16,6 +16,12 @@
 //! MoE-block fixtures was ~5e-4, centred ~3e-5. [`drive`] does all but the
 //! lanes, the same at every level; each level's `body` gives the lane and
 //! offset accumulators.
+//!
+//! The other widths (2, 3, 5, 6 and 8 bits) take Q8_0's way: a block's 32
+//! codes unpacked from the LSB-first bit stream ([`codes`]) and centred,
+//! `q − 2^(bits−1)`, as signed bytes, dotted with the activations' codes in
+//! value order (lane biases at the VNNI levels, no block offsets); the
+//! biases' term as above with `c_g = 2^(bits−1)·s_g + b_g`.
 
 use super::portable::{block_lanes, q4_0_codes};
 use super::{add_block_scaled, add_offset, finish, offsets, Acc, QRow, Rows, Run, RUN};
@@ -109,18 +115,58 @@ impl Scale for bf16 {
     }
 }
 
-/// The run of `R` activation rows for 4-bit affine rows with scales of
-/// dtype `s` at `level`.
-pub(super) fn run_for<const R: usize>(level: SimdLevel, s: ScaleType) -> Option<Run<R>> {
+/// The run of `R` activation rows for affine rows of `bits` bits with
+/// scales of dtype `s` at `level`.
+pub(super) fn run_for<const R: usize>(level: SimdLevel, bits: u32, s: ScaleType) -> Option<Run<R>> {
+    macro_rules! by_bits {
+        ($s:ty) => {
+            match bits {
+                4 => Some(run_portable::<$s, R>),
+                2 => Some(run_codes::<$s, 2, R>),
+                3 => Some(run_codes::<$s, 3, R>),
+                5 => Some(run_codes::<$s, 5, R>),
+                6 => Some(run_codes::<$s, 6, R>),
+                8 => Some(run_codes::<$s, 8, R>),
+                _ => None,
+            }
+        };
+    }
     match (level, s) {
-        (SimdLevel::Portable, ScaleType::F32) => Some(run_portable::<f32, R>),
-        (SimdLevel::Portable, ScaleType::F16) => Some(run_portable::<f16, R>),
-        (SimdLevel::Portable, ScaleType::Bf16) => Some(run_portable::<bf16, R>),
+        (SimdLevel::Portable, ScaleType::F32) => by_bits!(f32),
+        (SimdLevel::Portable, ScaleType::F16) => by_bits!(f16),
+        (SimdLevel::Portable, ScaleType::Bf16) => by_bits!(bf16),
         #[cfg(target_arch = "x86_64")]
-        (level, s) => super::affine_x86::run_for::<R>(level, s),
+        (level, s) => super::affine_x86::run_for::<R>(level, bits, s),
         #[allow(unreachable_patterns)] // reachable on other architectures
         _ => None,
     }
+}
+
+/// The codes' centre: 8 for 4 bits (Q4_0's way), else `2^(bits−1)`.
+pub(super) const fn centre(bits: u32) -> u32 {
+    if bits == 4 {
+        8
+    } else {
+        1 << (bits - 1)
+    }
+}
+
+/// The 32 codes of block `b` of a row of `BITS`-bit codes (LSB-first bit
+/// stream, `4·BITS` bytes a block), centred: `q − 2^(BITS−1)`.
+#[inline(always)]
+pub(super) fn codes<const BITS: u32>(row: &[u8], b: usize) -> Option<[i8; 32]> {
+    let bs = 4 * BITS as usize;
+    let blk = row.get(bs * b..bs * b + bs)?;
+    let mask = (1u32 << BITS) - 1;
+    let mut w = [0i8; 32];
+    for (i, w) in w.iter_mut().enumerate() {
+        let bit = BITS as usize * i;
+        let lo = u32::from(*blk.get(bit / 8)?);
+        let hi = u32::from(blk.get(bit / 8 + 1).copied().unwrap_or(0));
+        let q = ((lo | (hi << 8)) >> (bit % 8)) & mask;
+        *w = (q as i32 - (1i32 << (BITS - 1))) as i8;
+    }
+    Some(w)
 }
 
 const OP: &str = "qdot_rows";
@@ -134,7 +180,7 @@ const OP: &str = "qdot_rows";
 /// [`finish`]. Runs in the caller's context (inlined).
 #[allow(clippy::too_many_arguments)] // a Run's arguments and the body
 #[inline(always)]
-pub(super) fn drive<S: Scale, const R: usize>(
+pub(super) fn drive<S: Scale, const BITS: u32, const R: usize>(
     dec: &RowDecoder<'_>,
     e: usize,
     n0: usize,
@@ -171,10 +217,10 @@ pub(super) fn drive<S: Scale, const R: usize>(
         ));
     };
     let k = dec.cols();
-    let (nb, ng, rw) = (k / 32, k / p.group_size.max(1), k / 8);
+    let (nb, ng, rw) = (k / 32, k / p.group_size.max(1), k * BITS as usize / 32);
     let bpg = p.group_size / 32;
-    let rows = Rows::new(acts, nb, false).ok_or_else(bad)?;
-    if p.bits != 4 || bpg == 0 || rw == 0 || ng == 0 || acts.iter().any(|a| a.xsum.len() != nb) {
+    let rows = Rows::new(acts, nb, BITS != 4).ok_or_else(bad)?;
+    if p.bits != BITS || bpg == 0 || rw == 0 || ng == 0 || acts.iter().any(|a| a.xsum.len() != nb) {
         return Err(bad());
     }
     let (st, rest) = scratch.split_at_mut_checked(nb).ok_or_else(bad)?;
@@ -197,7 +243,7 @@ pub(super) fn drive<S: Scale, const R: usize>(
         S::widen_into(brow, wb);
         for (t, gx) in gx.chunks_exact(ng).enumerate() {
             if let Some(p) = psum.get_mut(t * n + i) {
-                *p = bias_term(ws, wb, gx);
+                *p = bias_term(ws, wb, gx, centre(BITS) as f32);
             }
         }
     }
@@ -246,10 +292,11 @@ fn expand(st: &mut [f32], ws: &[f32], bpg: usize) {
 }
 
 /// The biases' term of a row with widened scales `ws` and biases `wb`
-/// against an activation row's group sums `gx`: `P[g % 4] = fma(8·s_g +
-/// b_g, Σx_g, P[g % 4])`, summed `(P0 + P1) + (P2 + P3)`.
+/// against an activation row's group sums `gx`: `P[g % 4] = fma(c·s_g +
+/// b_g, Σx_g, P[g % 4])` (`c` a power of two: `c·s_g + b_g` rounds once),
+/// summed `(P0 + P1) + (P2 + P3)`.
 #[inline(always)]
-fn bias_term(ws: &[f32], wb: &[f32], gx: &[f32]) -> f32 {
+pub(super) fn bias_term(ws: &[f32], wb: &[f32], gx: &[f32], c: f32) -> f32 {
     let mut p = [0f32; RUN];
     let quads = ws
         .chunks_exact(RUN)
@@ -257,13 +304,13 @@ fn bias_term(ws: &[f32], wb: &[f32], gx: &[f32]) -> f32 {
         .zip(gx.chunks_exact(RUN));
     for ((s4, b4), x4) in quads {
         for k in 0..RUN {
-            p[k] = (8.0 * s4[k] + b4[k]).mul_add(x4[k], p[k]);
+            p[k] = (c * s4[k] + b4[k]).mul_add(x4[k], p[k]);
         }
     }
     let tail = ws.len() / RUN * RUN;
     for (g, ((&s, &b), &x)) in ws.iter().zip(wb).zip(gx).enumerate().skip(tail) {
         if let Some(p) = p.get_mut(g % RUN) {
-            *p = (8.0 * s + b).mul_add(x, *p);
+            *p = (c * s + b).mul_add(x, *p);
         }
     }
     offsets(&p)
@@ -302,7 +349,7 @@ fn run_portable<S: Scale, const R: usize>(
     out: &mut [f32],
     stride: usize,
 ) -> Result<()> {
-    drive::<S, R>(
+    drive::<S, 4, R>(
         dec,
         e,
         n0,
@@ -315,6 +362,56 @@ fn run_portable<S: Scale, const R: usize>(
             let mut accs = [([[0f32; 8]; RUN], [0f32; RUN]); R];
             for (acc, a) in accs.iter_mut().zip(acts) {
                 tail_blocks(acc, row, st.get(..nb)?, a, nb, 0)?;
+            }
+            Some(accs)
+        },
+    )
+}
+
+/// Blocks `from..nb` of a row of `BITS`-bit codes (not 4) into `acc` with
+/// the portable lanes (scales `st`, of one activation row `a`).
+#[inline(always)]
+pub(super) fn tail_codes<const BITS: u32>(
+    acc: &mut Acc,
+    row: &[u8],
+    st: &[f32],
+    a: &QRow,
+    nb: usize,
+    from: usize,
+) -> Option<()> {
+    for b in from..nb {
+        let w = codes::<BITS>(row, b)?.map(i32::from);
+        let (l, m) = block_lanes(a, nb, b, &w)?;
+        add_block_scaled(acc, b, *st.get(b)?, &m, l);
+    }
+    Some(())
+}
+
+/// The portable run of `BITS`-bit codes (not 4).
+#[allow(clippy::too_many_arguments)] // a Run
+fn run_codes<S: Scale, const BITS: u32, const R: usize>(
+    dec: &RowDecoder<'_>,
+    e: usize,
+    n0: usize,
+    n: usize,
+    acts: &[&QRow; R],
+    scratch: &mut [f32],
+    out: &mut [f32],
+    stride: usize,
+) -> Result<()> {
+    drive::<S, BITS, R>(
+        dec,
+        e,
+        n0,
+        n,
+        acts,
+        scratch,
+        out,
+        stride,
+        |row, st, _, acts, nb| {
+            let mut accs = [([[0f32; 8]; RUN], [0f32; RUN]); R];
+            for ((acc, _), a) in accs.iter_mut().zip(acts) {
+                tail_codes::<BITS>(acc, row, st.get(..nb)?, a, nb, 0)?;
             }
             Some(accs)
         },

@@ -29,9 +29,12 @@ use crate::format::RowDecoder;
 use half::{bf16, f16};
 use std::arch::x86_64::*;
 
-/// The run of `R` activation rows for 4-bit affine rows with scales of
-/// dtype `s` at an x86 `level`.
-pub(super) fn run_for<const R: usize>(level: SimdLevel, s: ScaleType) -> Option<Run<R>> {
+/// The run of `R` activation rows for affine rows of `bits` bits with
+/// scales of dtype `s` at an x86 `level`.
+pub(super) fn run_for<const R: usize>(level: SimdLevel, bits: u32, s: ScaleType) -> Option<Run<R>> {
+    if bits != 4 {
+        return super::blocks_x86::affine_run_for::<R>(level, bits, s);
+    }
     macro_rules! by_scale {
         ($run:ident $(, $d:ty)?) => {
             match s {
@@ -64,7 +67,7 @@ fn run_ymm<D: Dot, S: Scale, const R: usize>(
     D::enter(
         #[inline(always)]
         move || {
-            drive::<S, R>(
+            drive::<S, 4, R>(
                 dec,
                 e,
                 n0,
@@ -178,7 +181,7 @@ fn run_zmm<S: Scale, const R: usize>(
     Avx512Vnni::enter(
         #[inline(always)]
         move || {
-            drive::<S, R>(
+            drive::<S, 4, R>(
                 dec,
                 e,
                 n0,

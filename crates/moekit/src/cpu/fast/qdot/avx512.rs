@@ -42,7 +42,8 @@ pub(super) fn run_for<const R: usize>(t: GgmlType) -> Option<Run<R>> {
         GgmlType::Q4_0 => Some(run_q4_0::<R>),
         GgmlType::Q8_0 => Some(run_q8_0::<R>),
         GgmlType::Q4_K => Some(run_q4_k::<R>),
-        _ => None,
+        // The other formats: their 256-bit kernels in EVEX forms.
+        _ => super::blocks_x86::run_for::<super::x86::Avx512Vnni, R>(t),
     }
 }
 

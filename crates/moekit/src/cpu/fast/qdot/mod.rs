@@ -50,19 +50,29 @@
 //! (measured 1e-7..1.5e-5) and on the MoE-block fixtures (at most ~5e-5; the
 //! tolerance llama.cpp's `test-backend-ops` allows for `mul_mat_id`).
 //!
-//! Formats: Q4_0, Q8_0, Q4_K ([`kind_of`]) and MLX affine 4-bit, groups of
-//! 32/64/128 ([`kind_of_affine`]). Levels: `portable` (plain Rust integer
+//! Formats: every GGUF type ([`kind_of`]) and MLX affine of 2, 3, 4, 5, 6
+//! and 8 bits, groups of 32/64/128 ([`kind_of_affine`]). Q4_0, Q8_0, Q4_K
+//! and affine4 have kernels of their own (above); the others ([`blocks`]:
+//! Q4_1, Q5_0, Q5_1 and affine 2/3/5/6/8 as Q8_0's signed-code kernel with
+//! a per-format code unpacking; Q2_K, Q3_K, Q5_K, Q6_K as Q4_K's with
+//! per-16 scales and offsets) share one kernel per family. Q4_1 and affine
+//! 2 and 8 bits keep the f32 kernels by default ([`QKind::by_default`]:
+//! those measured faster). Levels: `portable` (plain Rust integer
 //! arithmetic; `f32::mul_add`), `ymm` (AVX2 `vpmaddubsw`/`vpmaddwd` and
 //! AVX-VNNI `vpdpbusd`/`vpdpwssd` on 256-bit vectors), `avx512`
 //! (AVX512-VNNI and VBMI on 512-bit vectors: 4 nibble blocks, 2 byte blocks
-//! or one 32-byte K-quant chunk per instruction), chosen by [`qdot_rows`]'
-//! level argument.
+//! or one 32-byte K-quant chunk per instruction; the [`blocks`] formats run
+//! their 256-bit kernels in EVEX forms), chosen by [`qdot_rows`]' level
+//! argument.
 
 mod affine;
 #[cfg(target_arch = "x86_64")]
 mod affine_x86;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod blocks;
+#[cfg(target_arch = "x86_64")]
+mod blocks_x86;
 mod portable;
 mod quant;
 #[cfg(target_arch = "x86_64")]
@@ -217,6 +227,8 @@ struct Rows<'a, const R: usize> {
     boff: [&'a [f32]; R],
     /// 16-bit sums of 32: `nb·block/32` each (empty for 32-value blocks).
     gsum: [&'a [i16]; R],
+    /// 16-bit sums of 16: `nb·block/16` each (empty for 32-value blocks).
+    hsum: [&'a [i16]; R],
     /// Pair multipliers: `nb·block/2` each (empty for 32-value blocks).
     pow2: [&'a [i16]; R],
     /// Lane scales: `nb·block/4` each (empty for 256-value blocks).
@@ -238,6 +250,7 @@ impl<'a, const R: usize> Rows<'a, R> {
             let pow2_ok = if a.kind.block == 256 {
                 a.pow2.len() == n / 2
                     && a.gsum.len() == n / 32
+                    && a.hsum.len() == n / 16
                     && a.sums.len() == n / 16
                     && a.shift.len() == n / 4
             } else {
@@ -253,6 +266,7 @@ impl<'a, const R: usize> Rows<'a, R> {
             bias: std::array::from_fn(|t| acts[t].bias.as_slice()),
             boff: std::array::from_fn(|t| acts[t].boff.as_slice()),
             gsum: std::array::from_fn(|t| acts[t].gsum.as_slice()),
+            hsum: std::array::from_fn(|t| acts[t].hsum.as_slice()),
             pow2: std::array::from_fn(|t| acts[t].pow2.as_slice()),
             lscale: std::array::from_fn(|t| acts[t].lscale.as_slice()),
             d: std::array::from_fn(|t| acts[t].d.as_slice()),
@@ -332,15 +346,16 @@ const OP: &str = "qdot_rows";
 enum QFormat {
     /// GGUF blocks.
     Ggml(GgmlType),
-    /// MLX packed affine, 4 bits, with scales and biases of this dtype.
-    Affine4(affine::ScaleType),
+    /// MLX packed affine of these bits, with scales and biases of this
+    /// dtype.
+    Affine(u32, affine::ScaleType),
 }
 
 impl std::fmt::Display for QFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             QFormat::Ggml(t) => write!(f, "{t}"),
-            QFormat::Affine4(s) => write!(f, "affine4 ({s:?} scales)"),
+            QFormat::Affine(b, s) => write!(f, "affine{b} ({s:?} scales)"),
         }
     }
 }
@@ -351,7 +366,8 @@ fn format_of(dec: &RowDecoder<'_>, e: usize, n: usize) -> Result<Option<(QFormat
     Ok(match dec.raw_row(e, n)? {
         RawRow::Ggml(t, _) => kind_of(t).map(|k| (QFormat::Ggml(t), k)),
         RawRow::Affine { params, scales, .. } => {
-            kind_of_affine(params).map(|k| (QFormat::Affine4(affine::ScaleType::of(scales)), k))
+            let s = affine::ScaleType::of(scales);
+            kind_of_affine(params).map(|k| (QFormat::Affine(params.bits, s), k))
         }
         _ => None,
     })
@@ -362,7 +378,7 @@ fn format_of(dec: &RowDecoder<'_>, e: usize, n: usize) -> Result<Option<(QFormat
 fn run_at<const R: usize>(level: SimdLevel, f: QFormat) -> Option<Run<R>> {
     let t = match f {
         QFormat::Ggml(t) => t,
-        QFormat::Affine4(s) => return affine::run_for::<R>(level, s),
+        QFormat::Affine(bits, s) => return affine::run_for::<R>(level, bits, s),
     };
     match level {
         SimdLevel::Portable => portable::run_for::<R>(t),

@@ -18,7 +18,7 @@ pub(super) fn run_for<const R: usize>(t: GgmlType) -> Option<Run<R>> {
         GgmlType::Q4_0 => Some(run_q4_0::<R>),
         GgmlType::Q8_0 => Some(run_q8_0::<R>),
         GgmlType::Q4_K => Some(run_q4_k::<R>),
-        _ => None,
+        _ => super::blocks::run_for::<R>(t),
     }
 }
 

@@ -6,7 +6,10 @@ use crate::format::ggml::GgmlType;
 use crate::format::{AffineParams, RawRow, RowDecoder};
 
 /// How an activation row is quantized for one weight format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// Two kinds are equal if rows quantized for one serve the other (whether
+/// the path is the default, [`QKind::by_default`], is not compared).
+#[derive(Debug, Clone, Copy)]
 pub struct QKind {
     /// Values per activation scale: 32 or 256.
     pub(super) block: usize,
@@ -26,11 +29,38 @@ pub struct QKind {
     /// last 16.
     pub(super) pairs: bool,
     /// Whether the row keeps the exact f32 sum of each block of its values
-    /// (the affine biases' term `b·Σx`).
+    /// (the affine biases' term `b·Σx`, the mins of Q4_1 and Q5_1).
     pub(super) xsums: bool,
+    /// 256-value blocks: the largest lane shift (a lane's step is
+    /// `amax/127` divided by up to `2^max_shift`), as small as the weight
+    /// codes need for the kernels' 16-bit products `(u·y + u·y) << s` to fit:
+    /// 3 for codes below 16, 2 below 32 (Q5_K), 1 below 64 (Q6_K).
+    pub(super) max_shift: u32,
+    /// Whether [`ActMode::Auto`](crate::cpu::ActMode::Auto) takes the
+    /// integer kernels (measured at least as fast as the f32 ones), else
+    /// only [`ActMode::Q8`](crate::cpu::ActMode::Q8).
+    pub(super) auto: bool,
 }
 
+impl PartialEq for QKind {
+    fn eq(&self, o: &QKind) -> bool {
+        (self.block, self.offset, self.lane_bias, self.interleave)
+            == (o.block, o.offset, o.lane_bias, o.interleave)
+            && (self.pairs, self.xsums, self.max_shift) == (o.pairs, o.xsums, o.max_shift)
+    }
+}
+
+impl Eq for QKind {}
+
 impl QKind {
+    /// Whether [`ActMode::Auto`](crate::cpu::ActMode::Auto) takes the
+    /// integer kernels: every format but Q4_1 and MLX affine 2 and 8 bits,
+    /// whose f32 kernels measured faster on qwen3-30b-a3b (T = 1 and 8,
+    /// `bench/results/cpu_2core/qdot/`).
+    pub fn by_default(self) -> bool {
+        self.auto
+    }
+
     /// Values per activation scale.
     pub fn block(self) -> usize {
         self.block
@@ -48,42 +78,87 @@ impl QKind {
     }
 }
 
-/// The activation quantization of weights of type `t`, if it has integer
-/// dot kernels.
-pub fn kind_of(t: GgmlType) -> Option<QKind> {
-    let kind = |block, offset, lane_bias, interleave| {
-        Some(QKind {
-            block,
-            offset,
-            lane_bias,
-            interleave,
-            pairs: false,
-            xsums: false,
-        })
-    };
-    match t {
-        GgmlType::Q4_0 => kind(32, 8, false, true),
-        // The VNNI kernels offset the signed codes by 128 (`vpdpbusd` takes
-        // unsigned × signed).
-        GgmlType::Q8_0 => kind(32, 128, true, false),
-        GgmlType::Q4_K => kind(256, 0, false, false),
-        _ => None,
+/// The kind of the weights whose blocks decode to signed 8-bit codes in
+/// value order (Q8_0, Q5_0; with `xsums`, those with a min or bias: Q4_1,
+/// Q5_1, MLX affine of 2, 3, 5, 6 and 8 bits): the VNNI kernels offset the
+/// codes by 128 (`vpdpbusd` takes unsigned × signed), a lane bias.
+const fn signed_codes(xsums: bool, auto: bool) -> QKind {
+    QKind {
+        block: 32,
+        offset: 128,
+        lane_bias: true,
+        interleave: false,
+        pairs: false,
+        xsums,
+        max_shift: 0,
+        auto,
     }
 }
 
-/// The activation quantization of MLX packed affine weights with `p`, if
-/// they have integer dot kernels (4 bits, groups of 32, 64 or 128).
-pub fn kind_of_affine(p: AffineParams) -> Option<QKind> {
-    (p.bits == 4 && matches!(p.group_size, 32 | 64 | 128)).then_some(QKind {
-        block: 32,
-        // Codes centred as Q4_0's (block offsets): the activations' rounding
-        // errors then meet q − 8, not q (an MLX bias is about −8·scale).
-        offset: 8,
+/// The kind of the K-quants (256-value blocks) with lane shifts up to
+/// `max_shift`.
+const fn super_block(max_shift: u32) -> QKind {
+    QKind {
+        block: 256,
+        offset: 0,
         lane_bias: false,
-        interleave: true,
-        pairs: true,
-        xsums: true,
+        interleave: false,
+        pairs: false,
+        xsums: false,
+        max_shift,
+        auto: true,
+    }
+}
+
+/// The activation quantization of weights of type `t`, if it has integer
+/// dot kernels.
+pub fn kind_of(t: GgmlType) -> Option<QKind> {
+    Some(match t {
+        GgmlType::Q4_0 => QKind {
+            block: 32,
+            offset: 8,
+            lane_bias: false,
+            interleave: true,
+            pairs: false,
+            xsums: false,
+            max_shift: 0,
+            auto: true,
+        },
+        GgmlType::Q8_0 | GgmlType::Q5_0 => signed_codes(false, true),
+        GgmlType::Q4_1 => signed_codes(true, false),
+        GgmlType::Q5_1 => signed_codes(true, true),
+        GgmlType::Q4_K | GgmlType::Q2_K | GgmlType::Q3_K => super_block(MAX_SHIFT),
+        GgmlType::Q5_K => super_block(2),
+        GgmlType::Q6_K => super_block(1),
     })
+}
+
+/// The activation quantization of MLX packed affine weights with `p`, if
+/// they have integer dot kernels (2, 3, 4, 5, 6 or 8 bits, groups of 32, 64
+/// or 128).
+pub fn kind_of_affine(p: AffineParams) -> Option<QKind> {
+    if !matches!(p.group_size, 32 | 64 | 128) {
+        return None;
+    }
+    match p.bits {
+        4 => Some(QKind {
+            block: 32,
+            // Codes centred as Q4_0's (block offsets): the activations'
+            // rounding errors then meet q − 8, not q (an MLX bias is about
+            // −8·scale).
+            offset: 8,
+            lane_bias: false,
+            interleave: true,
+            pairs: true,
+            xsums: true,
+            max_shift: 0,
+            auto: true,
+        }),
+        // Codes centred (q − 2^(bits−1)) as signed bytes.
+        3 | 5 | 6 => Some(signed_codes(true, true)),
+        2 | 8 => Some(signed_codes(true, false)),
+        _ => None,
+    }
 }
 
 /// The activation quantization of the rows of `dec` (`None`: f32 only).
@@ -147,6 +222,10 @@ pub struct QRow {
     /// blocks (the K-quants' mins: one `vpmaddwd` with the 8 mins); empty
     /// for 32-value blocks.
     pub(super) gsum: Aligned<i16>,
+    /// [`sums`](Self::sums) as 16 bits (`|Σ| ≤ 16·127·8`), for 256-value
+    /// blocks (the other K-quants' offsets: one `vpmaddwd` with 16 per-16
+    /// offsets); empty for 32-value blocks.
+    pub(super) hsum: Aligned<i16>,
 }
 
 /// 64 bytes on a 64-byte boundary: the unit of [`Aligned`].
@@ -273,7 +352,7 @@ impl QRow {
                 .zip(shift.chunks_exact_mut(kind.block / 4))
                 .zip(&mut d);
             for (((xb, cb), sb), d) in blocks {
-                *d = quantize_shifted(xb, cb, sb);
+                *d = quantize_shifted(xb, cb, sb, kind.max_shift.min(MAX_SHIFT));
             }
         }
         if kind.interleave {
@@ -291,6 +370,7 @@ impl QRow {
             })
             .collect();
         let gsum: Vec<i16> = sums.chunks_exact(2).map(|p| (p[0] + p[1]) as i16).collect();
+        let hsum: Vec<i16> = sums.iter().map(|&v| v as i16).collect();
         let boff: Vec<f32> = if kind.offset == 0 || kind.lane_bias {
             Vec::new()
         } else {
@@ -329,6 +409,7 @@ impl QRow {
             bias: Aligned::from_slice(&bias),
             boff: Aligned::from_slice(&boff),
             gsum: Aligned::from_slice(&gsum),
+            hsum: Aligned::from_slice(&hsum),
             xsum,
             sums: Aligned::from_slice(&sums),
         })
@@ -446,9 +527,9 @@ fn quantize_lanes(x: &[f32], codes: &mut [i8], m: &mut [f32]) -> f32 {
 }
 
 /// Quantizes a block `x` (≤ 256 values) into `codes` with one scale and a
-/// shift per lane of 4 (see [`QRow::new`]); the block's scale, NaN if a
-/// value is not finite.
-fn quantize_shifted(x: &[f32], codes: &mut [i8], shifts: &mut [u32]) -> f32 {
+/// shift `≤ ms` per lane of 4 (see [`QRow::new`]); the block's scale, NaN
+/// if a value is not finite.
+fn quantize_shifted(x: &[f32], codes: &mut [i8], shifts: &mut [u32], ms: u32) -> f32 {
     let top = x.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS));
     if top >= f32::INFINITY.to_bits() {
         return f32::NAN;
@@ -458,23 +539,23 @@ fn quantize_shifted(x: &[f32], codes: &mut [i8], shifts: &mut [u32]) -> f32 {
         return 0.0;
     }
     let id = 127.0 / amax;
-    // Each value's factor (`id·2^(3−s)` of its lane), then one flat loop
+    // Each value's factor (`id·2^(ms−s)` of its lane), then one flat loop
     // that vectorizes.
     let mut f = [0f32; 256];
     for ((xl, fl), sl) in x.chunks_exact(4).zip(f.chunks_exact_mut(4)).zip(shifts) {
         let a = f32::from_bits(xl.iter().fold(0u32, |m, v| m.max(v.to_bits() & ABS)));
-        // The smallest shift s with a·2^(3−s) ≤ amax (powers of two scale
-        // exactly; the three tests are nested).
-        let fits = |k: f32| u32::from(a * k <= amax);
-        let s = MAX_SHIFT - (fits(2.0) + fits(4.0) + fits(8.0));
+        // The smallest shift s with a·2^(ms−s) ≤ amax (powers of two scale
+        // exactly; the tests are nested).
+        let fits = |k: u32| u32::from(k <= ms && a * (1u32 << k) as f32 <= amax);
+        let s = ms - (fits(1) + fits(2) + fits(3));
         *sl = s;
-        fl.fill(id * (1u32 << (MAX_SHIFT - s)) as f32);
+        fl.fill(id * (1u32 << (ms - s)) as f32);
     }
     for ((c, &v), &f) in codes.iter_mut().zip(x).zip(&f) {
         // |v·f| ≤ 127 (+ rounding): the cast saturates at 127.
         *c = round_even(v * f) as i32 as i8;
     }
-    amax / (127 << MAX_SHIFT) as f32
+    amax / (127 << ms) as f32
 }
 
 /// Reorders whole runs of 4 blocks of `v` (8 parts of `P` items each: the

@@ -284,12 +284,20 @@ pub(super) fn widen8_f16c<const BS: usize, const AT: usize>(row: &[u8], b0: usiz
         v
     }
     let mut v = [0f32; 8];
+    // 8 whole blocks: one bounds check (the slice's length is a constant).
+    let (lo, hi) = match row.get(b0 * BS..).and_then(|r| r.get(..8 * BS)) {
+        Some(r) => {
+            let h = |k: usize| u64::from(u16::from_le_bytes([r[k * BS + AT], r[k * BS + AT + 1]]));
+            (
+                h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48,
+                h(4) | h(5) << 16 | h(6) << 32 | h(7) << 48,
+            )
+        }
+        None => (word::<BS, AT>(row, b0), word::<BS, AT>(row, b0 + 4)),
+    };
     // SAFETY: `v` is 8 writable f32; the level was detected (module doc).
     unsafe {
-        let x = _mm_set_epi64x(
-            word::<BS, AT>(row, b0 + 4) as i64,
-            word::<BS, AT>(row, b0) as i64,
-        );
+        let x = _mm_set_epi64x(hi as i64, lo as i64);
         _mm256_storeu_ps(v.as_mut_ptr(), _mm256_cvtph_ps(x));
     }
     v

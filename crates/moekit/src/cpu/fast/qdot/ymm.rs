@@ -43,7 +43,7 @@ pub(super) fn run_for<D: Dot, const R: usize>(t: GgmlType) -> Option<Run<R>> {
         GgmlType::Q4_0 => Some(run_q4_0::<D, R>),
         GgmlType::Q8_0 => Some(run_q8_0::<D, R>),
         GgmlType::Q4_K => Some(run_q4_k::<D, R>),
-        _ => None,
+        _ => super::blocks_x86::run_for::<D, R>(t),
     }
 }
 
