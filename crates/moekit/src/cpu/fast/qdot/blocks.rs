@@ -8,16 +8,19 @@
 //!   exact f32 block sums of the activations, `P[b % 16] = fma(m_b + c·d_b,
 //!   Σx_b, P[b % 16])` ([`min_term`]), and the dot is `tree(A) + tree(P)`.
 //! - [`SuperBlock`]: K-quant super-blocks of 256 weights (Q2_K, Q3_K, Q5_K,
-//!   Q6_K) with 16 per-16 integer scales `sc_h` and code offsets `om_h`
-//!   ([`Meta`]): `w = d·sc_h·u − f·om_h` (Q2_K, Q5_K: `f = dmin`, `om` the
-//!   mins; Q3_K, Q6_K: `f = d`, `om_h = c·sc_h` with the codes' centre `c` =
-//!   4 and 32). Chunk `c` of 32 codes (values `32c..32c + 32`) adds to lane
-//!   `j` of the block `sc_{2c + j/4}·Σ_{k<4} u·(y << s)` over values
-//!   `32c + 4j + k`, exactly as Q4_K's kernel (16-bit pair products times
+//!   Q6_K) with 16 per-16 integer scales `sc_h` ([`Meta`]): Q2_K, Q5_K
+//!   `w = d·sc_h·u − dmin·m_h`, Q3_K, Q6_K `w = d·sc_h·(u − c)` with the
+//!   codes' centre `c` = 4 and 32 ([`SuperBlock::CENTRE`]). Chunk `c` of 32
+//!   codes (values `32c..32c + 32`) adds to lane `j` of the block
+//!   `sc_{2c + j/4}·Σ_{k<4} q·(y << s)` over values `32c + 4j + k` (`q = u`
+//!   or `u − c`), exactly as Q4_K's kernel (16-bit pair products times
 //!   `2^s`, then `vpmaddwd` with the scales: the activations' largest shift
-//!   is what keeps `2·u·127·2^s` within 16 bits, [`QKind`]'s `max_shift`);
-//!   the offsets, `Σ_h om_h·Σ(y << s)_h` in integers, go to the offset
-//!   accumulators with `f·d_x` (the activations' block scale).
+//!   is what keeps `2·|q|·127·2^s` within 16 bits, [`QKind`]'s `max_shift`;
+//!   signed codes as `vpmaddubsw(|q|, sign(y, q))`). The mins,
+//!   `Σ_h m_h·Σ(y << s)_h` in integers, go to the offset accumulators with
+//!   `dmin·d_x` (the activations' block scale). (Centring in the integers
+//!   matters: `Σ sc·u·y` and `c·Σ sc·Σy` are both large, and their
+//!   difference in f32 lost ~4 digits on the MoE-block fixtures.)
 //!
 //! Either way every level computes exactly this (bit for bit).
 //!
@@ -46,17 +49,18 @@ pub(super) trait Block32: 'static {
     fn codes(blk: &[u8]) -> Option<[u8; 32]>;
 }
 
-/// The per-16 scales and offsets of a K-quant super-block and its f16
-/// factors: `w = d·sc_h·u − f·om_h` for the values of 16-group `h`.
+/// The per-16 scales and mins of a K-quant super-block and its f16
+/// factors: `w = d·sc_h·q − f·om_h` for the values of 16-group `h` (`q` the
+/// codes, centred for the types with a [`SuperBlock::CENTRE`]).
 #[derive(Clone, Copy)]
 pub(super) struct Meta {
     /// The integer scale of each 16 values.
     pub sc: [i16; 16],
-    /// The integer code offset of each 16 values.
+    /// The integer min of each 16 values (zeros for centred codes).
     pub om: [i16; 16],
     /// The scale factor `d`.
     pub d: f32,
-    /// The offsets' factor `f` (`dmin` or `d`).
+    /// The mins' factor `f` (`dmin`).
     pub f: f32,
 }
 
@@ -64,7 +68,10 @@ pub(super) struct Meta {
 pub(super) trait SuperBlock: 'static {
     /// Bytes per super-block.
     const BS: usize;
-    /// The scales, offsets and factors of a super-block of `BS` bytes.
+    /// The codes' centre `c` (0: unsigned codes and mins): the kernels dot
+    /// `u − c`, signed.
+    const CENTRE: u8 = 0;
+    /// The scales, mins and factors of a super-block of `BS` bytes.
     fn meta(blk: &[u8]) -> Option<Meta>;
     /// The unsigned codes of chunk `c < 8` (values `32c..32c + 32`).
     fn chunk(blk: &[u8], c: usize) -> Option<[u8; 32]>;
@@ -219,12 +226,13 @@ impl SuperBlock for Q2_K {
 
 impl SuperBlock for Q3_K {
     const BS: usize = 110;
+    const CENTRE: u8 = 4;
     #[inline(always)]
     fn meta(blk: &[u8]) -> Option<Meta> {
         let sc = q3k_scales(blk.get(96..108)?.try_into().ok()?);
         Some(Meta {
             sc,
-            om: sc.map(|s| 4 * s),
+            om: [0; 16],
             d: f16_at(blk, 108)?,
             f: f16_at(blk, 108)?,
         })
@@ -261,13 +269,13 @@ impl SuperBlock for Q5_K {
 
 impl SuperBlock for Q6_K {
     const BS: usize = 210;
+    const CENTRE: u8 = 32;
     #[inline(always)]
     fn meta(blk: &[u8]) -> Option<Meta> {
         let s: &[u8; 16] = blk.get(192..208)?.try_into().ok()?;
-        let sc = s.map(|v| i16::from(v as i8));
         Some(Meta {
-            sc,
-            om: sc.map(|s| 32 * s),
+            sc: s.map(|v| i16::from(v as i8)),
+            om: [0; 16],
             d: f16_at(blk, 208)?,
             f: f16_at(blk, 208)?,
         })
@@ -472,11 +480,19 @@ fn widen8_at(row: &[u8], bs: usize, b0: usize, at: usize) -> [f32; 8] {
     std::array::from_fn(|i| f16_at(row, (b0 + i) * bs + at).unwrap_or(0.0))
 }
 
-/// The integer lanes of chunk `c` (codes `u`) of a super-block against the
-/// codes `y` and shifts of 256-value block `b` of `a`, times the scales,
-/// added to `l`.
+/// The integer lanes of chunk `c` (codes `u`, centred by `centre`) of a
+/// super-block against the codes `y` and shifts of 256-value block `b` of
+/// `a`, times the scales, added to `l`.
 #[inline(always)]
-fn chunk_lanes(l: &mut [i32; 8], u: &[u8; 32], sc: &[i16; 16], a: &QRow, b: usize, c: usize) {
+fn chunk_lanes(
+    l: &mut [i32; 8],
+    u: &[u8; 32],
+    centre: u8,
+    sc: &[i16; 16],
+    a: &QRow,
+    b: usize,
+    c: usize,
+) {
     let at = 256 * b + 32 * c;
     let (Some(y), Some(sh)) = (a.codes.get(at..at + 32), a.shift.get(at / 4..at / 4 + 8)) else {
         return;
@@ -484,7 +500,7 @@ fn chunk_lanes(l: &mut [i32; 8], u: &[u8; 32], sc: &[i16; 16], a: &QRow, b: usiz
     for (j, (l, &s)) in l.iter_mut().zip(sh).enumerate() {
         let mut v = 0i32;
         for k in 4 * j..4 * j + 4 {
-            v += i32::from(u[k]) * i32::from(y[k]);
+            v += (i32::from(u[k]) - i32::from(centre)) * i32::from(y[k]);
         }
         *l += i32::from(sc[2 * c + j / 4]) * (v << s);
     }
@@ -512,13 +528,13 @@ pub(super) fn lanes256<B: SuperBlock>(
 ) -> Option<([i32; 8], i32)> {
     let mut l = [0i32; 8];
     for c in 0..8 {
-        chunk_lanes(&mut l, &B::chunk(blk, c)?, &meta.sc, a, b, c);
+        chunk_lanes(&mut l, &B::chunk(blk, c)?, B::CENTRE, &meta.sc, a, b, c);
     }
     Some((l, offset256(&meta.om, a, b)?))
 }
 
 /// Rows of [`SuperBlock`]s: `A[b % 4] = fma(d·d_x, f32(L), A[b % 4])`,
-/// `O[b % 4] = fma(f·d_x, f32(off), O[b % 4])`.
+/// for the types with mins `O[b % 4] = fma(f·d_x, f32(off), O[b % 4])`.
 fn super_blocks<B: SuperBlock, const R: usize>(
     bytes: &[u8],
     row_len: usize,
@@ -536,7 +552,9 @@ fn super_blocks<B: SuperBlock, const R: usize>(
                 let dx = *a.d.get(b)?;
                 let (l, o) = lanes256::<B>(blk, &meta, a, b)?;
                 add_block(acc, b, meta.d * dx, l);
-                add_offset(off, b, meta.f * dx, o as f32);
+                if B::CENTRE == 0 {
+                    add_offset(off, b, meta.f * dx, o as f32);
+                }
             }
         }
         for ((o, acc), off) in out.iter_mut().zip(&acc).zip(&off) {

@@ -10,9 +10,9 @@
 //!   value order, times the lanes' scales; blocks after a row's last whole
 //!   run of 4 take the portable lanes.
 //! - K-quant super-blocks: Q4_K's, per chunk of 32 codes `vpmaddubsw(u,
-//!   y)` times the pairs' `2^shift`, then [`Dot::dpwssd`] with the per-16
-//!   scales; the offsets as one `vpmaddwd` of the 16 offsets with the
-//!   activations' 16-bit sums of 16.
+//!   y)` (centred codes: `vpmaddubsw(|q|, sign(y, q))`) times the pairs'
+//!   `2^shift`, then [`Dot::dpwssd`] with the per-16 scales; the mins as
+//!   one `vpmaddwd` of the 16 mins with the activations' 16-bit sums of 16.
 //!
 //! # Safety
 //!
@@ -410,6 +410,12 @@ fn super_blocks<B: SuperBlockX86, D: Dot, const R: usize>(
                 let mut li = [[unsafe { _mm256_setzero_si256() }; 2]; R];
                 for c in 0..8 {
                     let u = B::chunk_ymm(blk, c)?;
+                    // Centred codes: signed.
+                    let u = if B::CENTRE == 0 {
+                        u
+                    } else {
+                        centre(u, B::CENTRE)
+                    };
                     let half = if c < 4 { sc_lo } else { sc_hi };
                     // SAFETY: no memory is accessed but the pattern; the
                     // level was detected.
@@ -420,10 +426,13 @@ fn super_blocks<B: SuperBlockX86, D: Dot, const R: usize>(
                         // pair sums times 2^shift fit 16 bits (the kind's
                         // largest shift); the level was detected.
                         let p = unsafe {
-                            _mm256_mullo_epi16(
-                                _mm256_maddubs_epi16(u, load256(chunk(y, at))),
-                                load_x16(chunk(p2, at / 2)),
-                            )
+                            let y = load256(chunk(y, at));
+                            let pairs = if B::CENTRE == 0 {
+                                _mm256_maddubs_epi16(u, y)
+                            } else {
+                                _mm256_maddubs_epi16(_mm256_abs_epi8(u), _mm256_sign_epi8(y, u))
+                            };
+                            _mm256_mullo_epi16(pairs, load_x16(chunk(p2, at / 2)))
                         };
                         l[c & 1] = D::dpwssd(l[c & 1], p, s16);
                     }
@@ -436,7 +445,9 @@ fn super_blocks<B: SuperBlockX86, D: Dot, const R: usize>(
                     let l = unsafe { _mm256_add_epi32(l[0], l[1]) };
                     let a = acc.get_mut(b % RUN)?;
                     *a = fma_lanes(*a, splat(meta.d * dx), l);
-                    add_offset(off, b, meta.f * dx, dot16(&meta.om, hs) as f32);
+                    if B::CENTRE == 0 {
+                        add_offset(off, b, meta.f * dx, dot16(&meta.om, hs) as f32);
+                    }
                 }
             }
             for ((o, acc), off) in out.iter_mut().zip(acc).zip(off) {

@@ -34,7 +34,8 @@ pub struct QKind {
     /// 256-value blocks: the largest lane shift (a lane's step is
     /// `amax/127` divided by up to `2^max_shift`), as small as the weight
     /// codes need for the kernels' 16-bit products `(u·y + u·y) << s` to fit:
-    /// 3 for codes below 16, 2 below 32 (Q5_K), 1 below 64 (Q6_K).
+    /// 4 for codes below 8 (Q2_K, Q3_K), 3 below 16 (Q4_K), 2 below 32
+    /// (Q5_K) and for Q6_K's centred codes (|q| ≤ 32).
     pub(super) max_shift: u32,
     /// Whether [`ActMode::Auto`](crate::cpu::ActMode::Auto) takes the
     /// integer kernels (measured at least as fast as the f32 ones), else
@@ -127,9 +128,12 @@ pub fn kind_of(t: GgmlType) -> Option<QKind> {
         GgmlType::Q8_0 | GgmlType::Q5_0 => signed_codes(false, true),
         GgmlType::Q4_1 => signed_codes(true, false),
         GgmlType::Q5_1 => signed_codes(true, true),
-        GgmlType::Q4_K | GgmlType::Q2_K | GgmlType::Q3_K => super_block(MAX_SHIFT),
+        GgmlType::Q4_K => super_block(3),
+        // Codes below 8: one more shift fits (and the 16-bit sums of 16).
+        GgmlType::Q2_K | GgmlType::Q3_K => super_block(MAX_SHIFT),
         GgmlType::Q5_K => super_block(2),
-        GgmlType::Q6_K => super_block(1),
+        // Centred codes, |q| ≤ 32.
+        GgmlType::Q6_K => super_block(2),
     })
 }
 
@@ -190,7 +194,7 @@ pub struct QRow {
     pub(super) kind: QKind,
     /// Codes, one per value (in the kind's order).
     pub(super) codes: Aligned<i8>,
-    /// Scale per block: 256-value blocks `amax/(127·8)`; 32-value blocks
+    /// Scale per block: 256-value blocks `amax/(127·2^max_shift)`; 32-value blocks
     /// 1 (their lanes have scales). NaN for a block with a non-finite value
     /// (and, for 32-value blocks, its lane scales).
     pub(super) d: Vec<f32>,
@@ -218,11 +222,12 @@ pub struct QRow {
     /// The exact sum of each block's values (f32, in value order; for kinds
     /// with `xsums`, else empty).
     pub(super) xsum: Vec<f32>,
-    /// The same of each 32 (`|Σ| ≤ 32·127·8`: 16 bits), for 256-value
-    /// blocks (the K-quants' mins: one `vpmaddwd` with the 8 mins); empty
-    /// for 32-value blocks.
+    /// The same of each 32 (`|Σ| ≤ 32·127·8`: 16 bits for kinds of
+    /// `max_shift ≤ 3`; wrapped, and unused, for the others), for 256-value
+    /// blocks (Q4_K's mins: one `vpmaddwd` with the 8 mins); empty for
+    /// 32-value blocks.
     pub(super) gsum: Aligned<i16>,
-    /// [`sums`](Self::sums) as 16 bits (`|Σ| ≤ 16·127·8`), for 256-value
+    /// [`sums`](Self::sums) as 16 bits (`|Σ| ≤ 16·127·2⁴`), for 256-value
     /// blocks (the other K-quants' offsets: one `vpmaddwd` with 16 per-16
     /// offsets); empty for 32-value blocks.
     pub(super) hsum: Aligned<i16>,
@@ -285,9 +290,9 @@ fn round_even(v: f32) -> f32 {
 /// The bits of `|v|`.
 const ABS: u32 = 0x7fff_ffff;
 
-/// Largest lane shift: a lane's step is `amax/127` divided by up to
-/// `2^MAX_SHIFT`.
-const MAX_SHIFT: u32 = 3;
+/// Largest lane shift of any kind: a lane's step is `amax/127` divided by
+/// up to `2^MAX_SHIFT` (the 16-bit sums of 16 codes, `16·127·2^4`, fit).
+const MAX_SHIFT: u32 = 4;
 
 impl QRow {
     /// Quantizes `x`; an error if its length is not a whole number of the
@@ -298,9 +303,10 @@ impl QRow {
     /// its own f32 scale `m = a/127` and codes `round(x·127/a)` (ties to
     /// even, `|code| ≤ 127`). 256-value blocks (the K-quants, whose kernels
     /// combine the groups in integers): a block with largest magnitude
-    /// `amax` gets the scale `d = amax/(127·2³)`, and each lane the
-    /// smallest shift `s ∈ 0..=3` with `a·2^(3−s) ≤ amax`: its codes are
-    /// `round(x·127·2^(3−s)/amax)` and stand for `d·(code << s)`. Either way
+    /// `amax` gets the scale `d = amax/(127·2^M)` (`M`: the kind's largest
+    /// shift, 1..=4), and each lane the smallest shift `s ∈ 0..=M` with
+    /// `a·2^(M−s) ≤ amax`: its codes are `round(x·127·2^(M−s)/amax)` and
+    /// stand for `d·(code << s)`. Either way
     /// a lane of small values gets finer steps than the block's largest
     /// value allows.
     pub fn new(x: &[f32], kind: QKind) -> Result<QRow> {
@@ -547,7 +553,7 @@ fn quantize_shifted(x: &[f32], codes: &mut [i8], shifts: &mut [u32], ms: u32) ->
         // The smallest shift s with a·2^(ms−s) ≤ amax (powers of two scale
         // exactly; the tests are nested).
         let fits = |k: u32| u32::from(k <= ms && a * (1u32 << k) as f32 <= amax);
-        let s = ms - (fits(1) + fits(2) + fits(3));
+        let s = ms - (fits(1) + fits(2) + fits(3) + fits(4));
         *sl = s;
         fl.fill(id * (1u32 << (ms - s)) as f32);
     }
