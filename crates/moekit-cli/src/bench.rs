@@ -89,8 +89,13 @@ struct Report {
     device: String,
     dtype: String,
     threads: usize,
-    /// CPU only: the vector-kernel level picked at run time (`avx2`, `portable`).
+    /// CPU only: the vector-kernel level picked at run time (`avx512vnni`,
+    /// `avxvnni`, `avx2`, `portable`).
     cpu_simd_level: Option<String>,
+    /// CPU only: the activation mode of the fused dots (`auto`: 8-bit
+    /// blocks and integer kernels where the format has them; `f32`; `q8`),
+    /// from `MOEKIT_CPU_ACT`.
+    cpu_act_mode: Option<String>,
     read_bw_gb_per_s: f64,
     /// CUDA only, for context: cuBLAS dense bf16 GEMM rate (n = 8192, f32
     /// accumulation) measured in the same run; null on CPU or if it could not be measured.
@@ -275,8 +280,9 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
     let cpu_level = cuda.is_none().then(|| moekit::cpu::simd_level().name());
     let dev_name = cuda.as_ref().map_or(
         format!(
-            "{device} ({threads} threads, {} kernels)",
-            moekit::cpu::simd_level()
+            "{device} ({threads} threads, {} kernels, {} CPU activations)",
+            moekit::cpu::simd_level(),
+            moekit::cpu::act_mode()
         ),
         |d| format!("{device} ({})", d.name()),
     );
@@ -452,6 +458,7 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
             dtype: dtype.to_string(),
             threads,
             cpu_simd_level: cpu_level.map(str::to_string),
+            cpu_act_mode: cuda.is_none().then(|| moekit::cpu::act_mode().to_string()),
             read_bw_gb_per_s: bw,
             bf16_gemm_tflops: gemm_tflops,
             cases,

@@ -16,6 +16,16 @@
 //!   [`MoeBlock::forward_with`]; [`plan::plan`] says which path runs and why
 //!   the others refused. [`Backend`] picks the CPU oracle, the fast CPU path
 //!   or CUDA.
+//! * CPU numerics: for GGUF and MLX affine experts (all but Q4_1 and
+//!   affine 2- and 8-bit, whose f32 kernels measured faster) the fast CPU
+//!   path quantizes each activation row once per call to 8-bit blocks and
+//!   runs integer dot kernels (deterministic, batch-invariant, NMSE ≤ 1e-4
+//!   against f32 activations; the router keeps f32 activations);
+//!   [`cpu::with_act_mode`] or the environment variable
+//!   `MOEKIT_CPU_ACT=f32` ([`cpu::ACT_ENV`]) keep f32 activations,
+//!   `MOEKIT_CPU_ACT=q8` takes the integer kernels for every format. The kernels' instruction set (portable, AVX2, AVX-VNNI,
+//!   AVX512-VNNI) is detected at run time ([`cpu::simd_level`]) and capped
+//!   by `MOEKIT_CPU_LEVEL`.
 //! * Core types: [`Tensor`], [`DType`], [`Device`], [`Error`].
 //! * Building blocks from your own tensors: [`format`](mod@format) ([`WeightFormat`],
 //!   [`QuantWeights`], the MLX affine quantizer [`format::affine::quantize`]

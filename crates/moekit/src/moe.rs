@@ -183,7 +183,12 @@ impl MoeBlock {
             format!("{:?}", x.shape()),
         )?;
         let p = &self.p;
-        let logits = qmm_on(backend, x, &p.router_weight)?;
+        // The router's logits with f32 activations on the CPU: which experts
+        // a token takes is a discrete choice that quantized activations
+        // could flip near a tie; the router is a small part of the work.
+        let logits = crate::cpu::with_act_mode(crate::cpu::ActMode::F32, || {
+            qmm_on(backend, x, &p.router_weight)
+        })?;
         let routing = route_on(backend, &logits, &p.router)?;
         let sort = expert_sort_on(backend, &routing.ids, p.router.n_experts)?;
         let xs = permute_on(backend, x, &sort)?;

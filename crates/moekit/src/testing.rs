@@ -2,10 +2,16 @@
 //! benchmarks. **Not part of the API**: hidden from the docs, may change or
 //! disappear in any release. Code outside this repository should not use it.
 
-/// The fast CPU backend's row dot products and grouped-matmul strategies.
+/// The fast CPU backend's row dot products (f32 and integer) and
+/// grouped-matmul strategies.
 pub mod cpu_fast {
     pub use crate::cpu::fast::dot::{dot_row, dot_rows, dot_rows_at, XSums};
-    pub use crate::cpu::fast::gather_mm::{gather_mm_with, Strategy};
+    pub use crate::cpu::fast::gather_mm::{
+        act_choice, gather_mm_act, gather_mm_with, ActChoice, Strategy,
+    };
+    pub use crate::cpu::fast::qdot::{
+        kind_of, kind_of_affine, kind_of_rows, qdot_rows, QKind, QRow,
+    };
 }
 
 pub use crate::format::rows::{RawRow, RowDecoder, ScaleRow};

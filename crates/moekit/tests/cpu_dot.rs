@@ -145,7 +145,8 @@ fn every_supported_level_matches_decoded_f64_dot() {
 }
 
 /// Which kernels the dispatch picked on this machine; on an x86-64 CPU with
-/// AVX2, FMA and F16C (and no `MOEKIT_CPU_LEVEL`), the AVX2 ones.
+/// AVX2, FMA and F16C (and no `MOEKIT_CPU_LEVEL`), a level with AVX2 (the
+/// f32 kernels run their AVX2 code at every such level).
 #[test]
 fn dispatch_picks_the_best_supported_level() {
     let level = simd_level();
@@ -163,7 +164,7 @@ fn dispatch_picks_the_best_supported_level() {
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c")
     {
-        assert_eq!(level, SimdLevel::Avx2);
+        assert!(level.has_avx2(), "{level}");
     }
     // An unsupported level is an error, not a crash.
     for l in SimdLevel::ALL.into_iter().filter(|l| !l.is_supported()) {

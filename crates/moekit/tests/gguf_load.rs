@@ -9,12 +9,15 @@
 mod common_util;
 
 use common_util::{fixture, nmse, rng};
+use moekit::cpu::{with_act_mode, ActMode};
+use moekit::format::GgmlType;
 use moekit::load::gguf::{GgufCheckpoint, GgufFile, SharedBytes, Value};
 use moekit::load::Checkpoint;
 use moekit::npy::NpyArray;
+use moekit::ops::act::GateUp;
 use moekit::ops::route::{RouterKind, Scoring};
 use moekit::tensor::Storage;
-use moekit::{Backend, Bytes, Tensor};
+use moekit::{Backend, Bytes, Tensor, WeightFormat};
 use rand::Rng;
 use serde_json::Value as Json;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -22,8 +25,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Largest accepted NMSE between moekit's f32 forward pass and the float64
-/// oracle (same dequantized weights; only f32 rounding differs).
+/// oracle (same dequantized weights; only f32 rounding differs). The fast
+/// CPU backend is run with f32 activations (`ActMode::F32`) for this bound.
 const NMSE_MAX: f64 = 1e-8;
+/// The same with the fast CPU backend's default activations: 8-bit blocks
+/// for the weight formats with integer kernels (llama.cpp's
+/// test-backend-ops bound for `mul_mat_id`).
+const NMSE_Q8: f64 = 1e-4;
 
 fn manifest() -> Json {
     let text = std::fs::read_to_string(fixture("gguf/manifest.json"))
@@ -226,8 +234,7 @@ fn every_fixture_matches_the_numpy_oracle() {
             );
             let want = reference(name, l);
             for backend in [Backend::CpuReference, Backend::CpuFast] {
-                let got = block
-                    .forward_on(backend, &x)
+                let got = with_act_mode(ActMode::F32, || block.forward_on(backend, &x))
                     .unwrap()
                     .out
                     .to_f32_vec()
@@ -241,6 +248,51 @@ fn every_fixture_matches_the_numpy_oracle() {
             }
         }
     }
+}
+
+/// The fast backend's default (quantized activations where the experts'
+/// format's integer kernels are the default: every GGUF type but Q4_1) and
+/// the integer kernels forced (`ActMode::Q8`: every GGUF type) against the
+/// same oracle.
+#[test]
+fn every_fixture_on_the_default_cpu_path_is_within_nmse_1e4() {
+    let mut bad = Vec::new();
+    for m in models() {
+        let name = m["name"].as_str().unwrap();
+        let ck = GgufCheckpoint::open(&gguf_path(name)).unwrap();
+        let x = input(name);
+        for l in usizes(&m["moe_layers"]) {
+            let block = ck.moe_block(l, &|_, _| {}).unwrap();
+            let want = reference(name, l);
+            let run = |mode| {
+                with_act_mode(mode, || block.forward_on(Backend::CpuFast, &x))
+                    .unwrap()
+                    .out
+                    .to_f32_vec()
+                    .unwrap()
+            };
+            let (auto, q8) = (run(ActMode::Auto), run(ActMode::Q8));
+            let parts = block.parts();
+            let mut formats = vec![parts.down.format()];
+            match &parts.gate_up {
+                GateUp::Separate { gate, up } => formats.extend([gate.format(), up.format()]),
+                GateUp::Fused(w) => formats.push(w.format()),
+            }
+            if !formats.contains(&WeightFormat::Ggml(GgmlType::Q4_1)) {
+                assert_eq!(auto, q8, "{name}: Auto takes the q8 path wherever it can");
+            }
+            for (mode, got) in [("default", &auto), ("q8", &q8)] {
+                let e = nmse(got, &want);
+                println!("{name} block {l} CpuFast ({mode} activations): NMSE {e:.2e}");
+                if e > NMSE_Q8 {
+                    bad.push(format!(
+                        "{name} block {l} ({mode}): NMSE {e:e} > {NMSE_Q8:e}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
 }
 
 fn is_shared(t: &Tensor) -> bool {
@@ -274,10 +326,8 @@ fn version_2_files_load_the_same() {
     let ck = parse(bytes).unwrap();
     assert_eq!(ck.file().version(), 2);
     let x = input("deepseek2_v3");
-    let got = ck
-        .moe_block(1, &|_, _| {})
-        .unwrap()
-        .forward(&x)
+    let block = ck.moe_block(1, &|_, _| {}).unwrap();
+    let got = with_act_mode(ActMode::F32, || block.forward(&x))
         .unwrap()
         .to_f32_vec()
         .unwrap();

@@ -4,18 +4,24 @@
 
 mod common_util;
 use common_util::{nmse, random_tensor, rng};
+use moekit::cpu::{with_act_mode, ActMode};
 use moekit::format::random::random_weights;
 use moekit::ops::act::{gather_swiglu_on, swiglu_on, GateUp};
 use moekit::ops::gather_mm::{gather_mm_on, qmm_on, segments, GatherMmArgs, RowExperts};
 use moekit::ops::permute::{permute_on, unpermute_on};
 use moekit::ops::sort::expert_sort_on;
-use moekit::testing::cpu_fast::{gather_mm_with, Strategy};
+use moekit::testing::cpu_fast::{gather_mm_act, gather_mm_with, kind_of_rows, Strategy};
+use moekit::testing::decoder;
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
 use rand::Rng;
 
 /// Fast path vs f64 reference; both accumulate the same products, so the
-/// only difference is f32 vs f64 summation: NMSE ≤ 1e-9.
+/// only difference is f32 vs f64 summation: NMSE ≤ 1e-9. The fast path runs
+/// with f32 activations (`ActMode::F32`) for this bound.
 const NMSE_FAST_VS_REF: f64 = 1e-9;
+/// The fast path with activations quantized to 8-bit blocks (the default
+/// for weight formats with integer kernels) vs the f64 reference.
+const NMSE_Q8_VS_REF: f64 = 1e-4;
 /// With f16/bf16 activations the fast and reference paths round the same f32
 /// results to the output dtype; rounding of nearly-equal values: NMSE ≤ 1e-4.
 const NMSE_HALF_OUT: f64 = 1e-4;
@@ -64,13 +70,27 @@ fn gather_mm_fast_equals_reference_for_every_format() {
             let refr =
                 gather_mm_on(Backend::CpuReference, &x, &w, RowExperts::PerRow(&idt)).unwrap();
             for rows in [RowExperts::PerRow(&idt), RowExperts::Sorted(&off)] {
-                let fast = gather_mm_on(Backend::CpuFast, &x, &w, rows).unwrap();
+                let fast = with_act_mode(ActMode::F32, || {
+                    gather_mm_on(Backend::CpuFast, &x, &w, rows)
+                })
+                .unwrap();
                 check_close(
                     &format!("gather_mm {f} {name}"),
                     &fast,
                     &refr,
                     NMSE_FAST_VS_REF,
                 );
+                // The default: quantized activations where the format has
+                // integer kernels, else the same f32 path.
+                let q8 = gather_mm_on(Backend::CpuFast, &x, &w, rows).unwrap();
+                let q8_path = kind_of_rows(&decoder(&w).unwrap()).is_some();
+                let bound = if q8_path {
+                    NMSE_Q8_VS_REF
+                } else {
+                    assert_eq!(q8.bytes().unwrap(), fast.bytes().unwrap(), "{f}: f32 path");
+                    NMSE_FAST_VS_REF
+                };
+                check_close(&format!("gather_mm {f} {name} default"), &q8, &refr, bound);
             }
             // Force each fast-path strategy on every format.
             let xv = x.to_f32_vec().unwrap();
@@ -83,11 +103,17 @@ fn gather_mm_fast_equals_reference_for_every_format() {
             };
             let rv = refr.to_f32_vec().unwrap();
             for st in [Strategy::FusedDot, Strategy::DecodeOnce] {
-                let got = gather_mm_with(&args, st).unwrap();
+                let got = with_act_mode(ActMode::F32, || gather_mm_with(&args, st)).unwrap();
                 let err = nmse(&got, &rv);
                 assert!(
                     err <= NMSE_FAST_VS_REF,
                     "gather_mm {f} {name} {st:?}: NMSE {err:e}"
+                );
+                let got = gather_mm_act(&args, st, ActMode::Q8).unwrap();
+                let err = nmse(&got, &rv);
+                assert!(
+                    err <= NMSE_Q8_VS_REF,
+                    "gather_mm {f} {name} {st:?} q8: NMSE {err:e}"
                 );
             }
         }
@@ -122,13 +148,25 @@ fn fused_swiglu_equals_reference_separate_and_fused_layouts() {
         for (name, gu) in [("separate", &sep), ("fused", &fused)] {
             let refr =
                 gather_swiglu_on(Backend::CpuReference, &x, gu, RowExperts::Sorted(&off)).unwrap();
-            let fast =
-                gather_swiglu_on(Backend::CpuFast, &x, gu, RowExperts::Sorted(&off)).unwrap();
+            let fast = with_act_mode(ActMode::F32, || {
+                gather_swiglu_on(Backend::CpuFast, &x, gu, RowExperts::Sorted(&off))
+            })
+            .unwrap();
             check_close(
                 &format!("gather_swiglu {f} {name}"),
                 &fast,
                 &refr,
                 NMSE_FAST_VS_REF,
+            );
+            let q8 = with_act_mode(ActMode::Q8, || {
+                gather_swiglu_on(Backend::CpuFast, &x, gu, RowExperts::Sorted(&off))
+            })
+            .unwrap();
+            check_close(
+                &format!("gather_swiglu {f} {name} q8"),
+                &q8,
+                &refr,
+                NMSE_Q8_VS_REF,
             );
         }
         // The fused op equals swiglu(gather_mm(gate), gather_mm(up)).
@@ -137,8 +175,10 @@ fn fused_swiglu_equals_reference_separate_and_fused_layouts() {
                 gather_mm_on(Backend::CpuReference, &x, gate, RowExperts::Sorted(&off)).unwrap();
             let u = gather_mm_on(Backend::CpuReference, &x, up, RowExperts::Sorted(&off)).unwrap();
             let composed = swiglu_on(Backend::CpuReference, &g, &u).unwrap();
-            let fast =
-                gather_swiglu_on(Backend::CpuFast, &x, &sep, RowExperts::Sorted(&off)).unwrap();
+            let fast = with_act_mode(ActMode::F32, || {
+                gather_swiglu_on(Backend::CpuFast, &x, &sep, RowExperts::Sorted(&off))
+            })
+            .unwrap();
             check_close(
                 &format!("gather_swiglu vs composed {f}"),
                 &fast,
@@ -203,9 +243,11 @@ fn permute_unpermute_fast_equals_reference_exactly() {
 fn qmm_matches_gather_with_one_expert() {
     let w = weights(WeightFormat::parse("q8_0").unwrap(), 1, 19, 64, 3);
     let x = random_tensor(&[5, 64], DType::F32, 8);
-    let a = qmm_on(Backend::CpuFast, &x, &w).unwrap();
+    let a = with_act_mode(ActMode::F32, || qmm_on(Backend::CpuFast, &x, &w)).unwrap();
     let b = qmm_on(Backend::CpuReference, &x, &w).unwrap();
     check_close("qmm", &a, &b, NMSE_FAST_VS_REF);
+    let q8 = qmm_on(Backend::CpuFast, &x, &w).unwrap();
+    check_close("qmm q8", &q8, &b, NMSE_Q8_VS_REF);
     let w2 = weights(WeightFormat::parse("q8_0").unwrap(), 2, 19, 64, 3);
     assert!(qmm_on(Backend::CpuFast, &x, &w2).is_err());
 }

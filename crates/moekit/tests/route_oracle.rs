@@ -192,7 +192,7 @@ fn all_kinds(rng: &mut impl Rng, e: usize) -> Vec<RouterKind> {
         (Scoring::Softmax, Some(v.clone()), true),
     ] {
         for n_group in [1, 8, 32] {
-            if e % n_group == 0 {
+            if e.is_multiple_of(n_group) {
                 let topk_group = (n_group / 2).max(1);
                 kinds.push(RouterKind::Grouped {
                     scoring,

@@ -80,7 +80,7 @@ fn check_matrix(
 ) -> Result<(usize, usize, usize)> {
     check_params(op, bits, group_size)?;
     ensure(
-        cols > 0 && cols % group_size == 0,
+        cols > 0 && cols.is_multiple_of(group_size),
         op,
         "cols",
         format_args!("a positive multiple of group_size {group_size}"),
@@ -288,7 +288,7 @@ unsafe fn dequant_row_avx2<const BITS: u32, S: Float>(
     dequant_row_impl::<BITS, true, S>(group_size, packed, scales, biases, out)
 }
 
-/// Runs the best [`dequant_row_impl`] for this CPU: AVX2 at the AVX2 level
+/// Runs the best [`dequant_row_impl`] for this CPU: AVX2 at the AVX2 levels
 /// (the process's [`simd_level`](crate::cpu::simd_level), detected once),
 /// else the build's own target features. Kept out of line: one function per
 /// bit width and scale type is what the vectorizer handles well (inlined all
@@ -303,9 +303,9 @@ fn dequant_row_dispatch<const BITS: u32, S: Float>(
 ) {
     const AVX2_BUILD: bool = cfg!(target_feature = "avx2");
     #[cfg(target_arch = "x86_64")]
-    if crate::cpu::simd_level() == crate::cpu::SimdLevel::Avx2 {
-        // SAFETY: `simd_level` picks `Avx2` only where AVX2, FMA and F16C
-        // were detected at run time.
+    if crate::cpu::simd_level().has_avx2() {
+        // SAFETY: `simd_level` picks a level with AVX2 only where AVX2, FMA
+        // and F16C were detected at run time.
         unsafe { dequant_row_avx2::<BITS, S>(group_size, packed, scales, biases, out) };
         return;
     }
@@ -330,7 +330,7 @@ pub fn dequantize_row<S: Float>(
     let k = out.len();
     check_params(OP, bits, group_size)?;
     ensure(
-        k > 0 && k % group_size == 0,
+        k > 0 && k.is_multiple_of(group_size),
         OP,
         "out",
         format_args!("length K, a positive multiple of group_size {group_size}"),
@@ -387,7 +387,7 @@ pub fn dequantize_u8_row(
     let k = out.len();
     ensure(group_size > 0, OP, "group_size", "> 0", group_size)?;
     ensure(
-        k > 0 && k % group_size == 0,
+        k > 0 && k.is_multiple_of(group_size),
         OP,
         "out",
         format_args!("a positive multiple of group_size {group_size}"),
@@ -440,7 +440,7 @@ pub fn pack_codes(bits: u32, codes: &[u8]) -> Result<Vec<u32>> {
         bits,
     )?;
     ensure(
-        codes.len() % 32 == 0,
+        codes.len().is_multiple_of(32),
         OP,
         "codes",
         "a multiple of 32 codes",
@@ -485,7 +485,7 @@ pub fn unpack_codes(bits: u32, packed: &[u32]) -> Result<Vec<u8>> {
     )?;
     let b = bits as usize;
     ensure(
-        packed.len() % b == 0,
+        packed.len().is_multiple_of(b),
         OP,
         "packed",
         format_args!("a multiple of {bits} words"),

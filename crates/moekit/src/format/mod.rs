@@ -166,7 +166,7 @@ pub fn storage_shapes(
     format.validate(OP)?;
     let g = format.k_granularity();
     ensure(
-        cols > 0 && cols % g == 0,
+        cols > 0 && cols.is_multiple_of(g),
         OP,
         "cols (K)",
         format!("a positive multiple of {g} for {format}"),

@@ -201,6 +201,51 @@ impl<'a> RowDecoder<'a> {
         })
     }
 
+    /// The stored bytes of rows `n0..n0 + n` of expert `e` of GGUF weights
+    /// (contiguous: `n` rows of `K/block·type_size` bytes each); `None` for
+    /// other formats or rows out of range.
+    pub fn ggml_rows(&self, e: usize, n0: usize, n: usize) -> Option<(GgmlType, &'a [u8])> {
+        let DecoderKind::Ggml(t, d) = self.kind else {
+            return None;
+        };
+        if n0.checked_add(n)? > self.rows || e.checked_mul(self.rows)? >= self.total_rows {
+            return None;
+        }
+        let row = self.cols / t.block_size() * t.type_size();
+        let start = (e * self.rows + n0).checked_mul(row)?;
+        Some((t, d.get(start..start.checked_add(n.checked_mul(row)?)?)?))
+    }
+
+    /// The stored words, scales and biases of rows `n0..n0 + n` of expert
+    /// `e` of MLX packed affine weights (contiguous: `K·bits/32` words and
+    /// `K/group_size` scales and biases per row); `None` for other formats
+    /// or rows out of range.
+    pub fn affine_rows(
+        &self,
+        e: usize,
+        n0: usize,
+        n: usize,
+    ) -> Option<(AffineParams, &'a [u32], ScaleRow<'a>, ScaleRow<'a>)> {
+        let DecoderKind::Affine(p, d, v) = self.kind else {
+            return None;
+        };
+        if n0.checked_add(n)? > self.rows || e.checked_mul(self.rows)? >= self.total_rows {
+            return None;
+        }
+        let r0 = e * self.rows + n0;
+        let (words, groups) = (self.cols * p.bits as usize / 32, self.cols / p.group_size);
+        let span = |len: usize| Some(r0.checked_mul(len)?..(r0 + n).checked_mul(len)?);
+        let (w, g) = (span(words)?, span(groups)?);
+        let (scales, biases) = match v {
+            ScaleViews::F32(s, b) => (ScaleRow::F32(s.get(g.clone())?), ScaleRow::F32(b.get(g)?)),
+            ScaleViews::F16(s, b) => (ScaleRow::F16(s.get(g.clone())?), ScaleRow::F16(b.get(g)?)),
+            ScaleViews::Bf16(s, b) => {
+                (ScaleRow::Bf16(s.get(g.clone())?), ScaleRow::Bf16(b.get(g)?))
+            }
+        };
+        Some((p, d.get(w)?, scales, biases))
+    }
+
     /// Writes row `n` of expert `e`, dequantized, into `out` (`len == K`).
     pub fn decode(&self, e: usize, n: usize, out: &mut [f32]) -> Result<()> {
         if out.len() != self.cols {

@@ -84,7 +84,7 @@ impl GateUp {
     /// Fused `[E, 2I, H]` weights (gate rows first).
     pub fn fused(w: QuantWeights) -> Result<GateUp> {
         ensure(
-            w.rows() % 2 == 0,
+            w.rows().is_multiple_of(2),
             "fused_gate_up",
             "w",
             "an even number of rows (2·I)",

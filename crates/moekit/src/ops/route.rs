@@ -269,7 +269,7 @@ pub(crate) fn check_backend_args(
     cfg.validate()?;
     let (e, k) = (cfg.n_experts, cfg.top_k);
     ensure(
-        logits % e == 0,
+        logits.is_multiple_of(e),
         OP,
         "logits",
         format!("a multiple of n_experts = {e} values"),

@@ -6,9 +6,18 @@
 //! weight byte is read once per call however many tokens use the expert.
 //! [`project`] is generic over the number of weight sources `P` so the fused
 //! gate+up+SwiGLU reuses the same engine with `P = 2`.
+//!
+//! Weights with integer dot kernels ([`qdot`](super::qdot)) take the
+//! quantized-activation path instead ([`act_choice`] decides, once per
+//! call): every activation row is quantized once, and each item dots its
+//! block of weight rows with the segment's rows 4 at a time, reading a
+//! weight row once per 4 rows. All segments, whatever their size, take
+//! it, so a token's result does not depend on the rest of the batch.
 
 use super::dot::{dot_rows, XSums};
-use crate::error::Result;
+use super::qdot::{kind_of_rows, qdot_rows, QKind, QRow};
+use crate::cpu::{act_mode, simd_level, ActMode};
+use crate::error::{invalid, Result};
 use crate::format::RowDecoder;
 use crate::ops::gather_mm::{GatherMmArgs, Segment};
 use rayon::prelude::*;
@@ -71,9 +80,39 @@ pub struct Source<'a> {
     pub row_offset: usize,
 }
 
+/// Which activations a projection's dots use, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActChoice {
+    /// Quantized activations and integer kernels (else f32).
+    pub q8: bool,
+    /// Why.
+    pub reason: &'static str,
+}
+
+/// The one place that decides between the f32 and the quantized-activation
+/// path of a projection: q8 where the mode allows it ([`ActMode::Q8`], and
+/// [`ActMode::Auto`] where every source's kind is
+/// [`by_default`](QKind::by_default)), the strategy fuses dots, and every
+/// source's format has integer kernels (`kinds`, from [`kind_of_rows`]).
+pub fn act_choice(strategy: Strategy, mode: ActMode, kinds: &[Option<QKind>]) -> ActChoice {
+    let (q8, reason) = if mode == ActMode::F32 {
+        (false, "f32 activations requested")
+    } else if strategy == Strategy::DecodeOnce {
+        (false, "DecodeOnce dots dequantized f32 rows")
+    } else if kinds.iter().any(Option::is_none) {
+        (false, "no integer kernels for the weight format")
+    } else if mode == ActMode::Auto && kinds.iter().flatten().any(|k| !k.by_default()) {
+        (false, "f32 kernels faster for the weight format")
+    } else {
+        (true, "integer kernels for the weight format")
+    };
+    ActChoice { q8, reason }
+}
+
 /// Computes `out[r, n] = combine([dot(x[r], W_p[e(r), off_p + n]) for p])`
 /// for every row `r` of every segment and `n < n_out`. Rows of `x` that no
-/// segment names are left zero.
+/// segment names are left zero. Activations per [`act_choice`] with this
+/// thread's [`act_mode`].
 pub fn project<const P: usize, F>(
     strategy: Strategy,
     x: &[f32],
@@ -86,6 +125,37 @@ pub fn project<const P: usize, F>(
 where
     F: Fn([f32; P]) -> f32 + Sync,
 {
+    project_with(
+        strategy,
+        act_mode(),
+        x,
+        m,
+        segments,
+        sources,
+        n_out,
+        combine,
+    )
+}
+
+/// [`project`] with an explicit activation mode.
+#[allow(clippy::too_many_arguments)] // project's arguments and the mode
+pub fn project_with<const P: usize, F>(
+    strategy: Strategy,
+    mode: ActMode,
+    x: &[f32],
+    m: usize,
+    segments: &[Segment],
+    sources: [Source<'_>; P],
+    n_out: usize,
+    combine: F,
+) -> Result<Vec<f32>>
+where
+    F: Fn([f32; P]) -> f32 + Sync,
+{
+    let kinds = sources.map(|s| kind_of_rows(&s.dec));
+    if act_choice(strategy, mode, &kinds).q8 {
+        return project_q8(x, m, segments, sources, kinds, n_out, combine);
+    }
     let k = sources.first().map_or(0, |s| s.dec.cols());
     let any_fused = segments.iter().any(|s| strategy.fused_for(s.rows.len()));
     let sums: Vec<XSums> = match (any_fused, k) {
@@ -173,6 +243,119 @@ where
     Ok(out)
 }
 
+const OP: &str = "project";
+
+/// Rows of a segment dotted together by the integer kernels (each weight
+/// row is read once per group).
+const Q8_GROUP: usize = 4;
+
+/// [`project`] on the quantized-activation path: each row of `x` quantized
+/// once per distinct kind of the sources, then every segment's rows dotted
+/// [`Q8_GROUP`] at a time with each block of weight rows.
+fn project_q8<const P: usize, F>(
+    x: &[f32],
+    m: usize,
+    segments: &[Segment],
+    sources: [Source<'_>; P],
+    kinds: [Option<QKind>; P],
+    n_out: usize,
+    combine: F,
+) -> Result<Vec<f32>>
+where
+    F: Fn([f32; P]) -> f32 + Sync,
+{
+    let k = sources.first().map_or(0, |s| s.dec.cols());
+    let level = simd_level();
+    // One set of quantized rows per distinct kind; source p uses set which[p].
+    let mut distinct: Vec<QKind> = Vec::new();
+    let mut which = [0usize; P];
+    for (w, kd) in which.iter_mut().zip(kinds) {
+        let kd = kd.ok_or_else(|| invalid(OP, "sources", "integer kernels", "another format"))?;
+        *w = match distinct.iter().position(|&d| d == kd) {
+            Some(i) => i,
+            None => {
+                distinct.push(kd);
+                distinct.len() - 1
+            }
+        };
+    }
+    let rows: Vec<Vec<QRow>> = distinct
+        .iter()
+        .map(|&kd| {
+            x.par_chunks_exact(k.max(1))
+                .take(m)
+                .map(|xr| QRow::new(xr, kd))
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<_>>()?;
+    let threads = rayon::current_num_threads().max(1);
+    let one_row = segments.iter().all(|s| s.rows.len() <= 1);
+    let max_rows = if one_row { 256 } else { 64 };
+    let by_balance = (n_out * segments.len())
+        .div_ceil(threads * 8)
+        .clamp(4, max_rows);
+    let nb = by_balance.min(n_out.max(1));
+    let items: Vec<(usize, usize)> = (0..segments.len())
+        .flat_map(|s| (0..n_out).step_by(nb).map(move |n0| (s, n0)))
+        .collect();
+    let blocks = items
+        .par_iter()
+        .map_init(
+            || (Vec::<f32>::new(), Vec::<f32>::new()),
+            |(scratch, vals), &(s, n0)| -> Result<Vec<f32>> {
+                let seg = &segments[s];
+                let nbh = nb.min(n_out - n0);
+                let mut local = vec![0f32; seg.rows.len() * nbh];
+                for (rg, lg) in seg
+                    .rows
+                    .chunks(Q8_GROUP)
+                    .zip(local.chunks_mut(Q8_GROUP * nbh))
+                {
+                    let g = rg.len();
+                    vals.resize(P * g * nbh, 0.0);
+                    for ((src, &w), vp) in sources
+                        .iter()
+                        .zip(&which)
+                        .zip(vals.chunks_exact_mut(g * nbh))
+                    {
+                        let set = rows.get(w).map_or(&[][..], Vec::as_slice);
+                        let row = |r: u32| {
+                            set.get(r as usize)
+                                .ok_or_else(|| invalid(OP, "segments", format!("rows < {m}"), r))
+                        };
+                        let first = row(rg.first().copied().unwrap_or(0))?;
+                        let mut acts = [first; Q8_GROUP];
+                        for (a, &r) in acts.iter_mut().zip(rg) {
+                            *a = row(r)?;
+                        }
+                        let n = src.row_offset + n0;
+                        qdot_rows(level, &src.dec, seg.expert, n, nbh, &acts[..g], scratch, vp)?;
+                    }
+                    for (ri, lr) in lg.chunks_exact_mut(nbh).enumerate() {
+                        for (i, o) in lr.iter_mut().enumerate() {
+                            let mut v = [0f32; P];
+                            for (p, vp) in v.iter_mut().enumerate() {
+                                *vp = vals[(p * g + ri) * nbh + i];
+                            }
+                            *o = combine(v);
+                        }
+                    }
+                }
+                Ok(local)
+            },
+        )
+        .collect::<Result<Vec<_>>>()?;
+    let mut out = vec![0f32; m * n_out];
+    for (&(s, n0), local) in items.iter().zip(&blocks) {
+        let nbh = nb.min(n_out - n0);
+        for (ri, &r) in segments[s].rows.iter().enumerate() {
+            let o = r as usize * n_out + n0;
+            out[o..o + nbh].copy_from_slice(&local[ri * nbh..(ri + 1) * nbh]);
+        }
+    }
+    Ok(out)
+}
+
 /// `[M, N]` result of a validated grouped matmul ([`Strategy::Auto`]).
 pub fn gather_mm(a: &GatherMmArgs<'_>) -> Result<Vec<f32>> {
     gather_mm_with(a, Strategy::Auto)
@@ -180,9 +363,15 @@ pub fn gather_mm(a: &GatherMmArgs<'_>) -> Result<Vec<f32>> {
 
 /// [`gather_mm`] with an explicit strategy (tests force each path).
 pub fn gather_mm_with(a: &GatherMmArgs<'_>, strategy: Strategy) -> Result<Vec<f32>> {
+    gather_mm_act(a, strategy, act_mode())
+}
+
+/// [`gather_mm`] with an explicit strategy and activation mode.
+pub fn gather_mm_act(a: &GatherMmArgs<'_>, strategy: Strategy, mode: ActMode) -> Result<Vec<f32>> {
     let src = Source {
         dec: a.w.decoder()?,
         row_offset: 0,
     };
-    project(strategy, a.x, a.m, a.segments, [src], a.w.rows(), |[v]| v)
+    let rows = a.w.rows();
+    project_with(strategy, mode, a.x, a.m, a.segments, [src], rows, |[v]| v)
 }

@@ -3,5 +3,6 @@ pub mod dot;
 pub mod gather_mm;
 pub mod norm;
 pub mod permute;
+pub mod qdot;
 pub mod route;
 pub mod sort;

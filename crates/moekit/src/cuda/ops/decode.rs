@@ -684,7 +684,7 @@ mod tests {
         for k in (32..20000).step_by(32) {
             let s = mma_split(k);
             assert!(
-                s.is_power_of_two() && s <= MMA_WARPS && MMA_WARPS % s == 0,
+                s.is_power_of_two() && s <= MMA_WARPS && MMA_WARPS.is_multiple_of(s),
                 "K={k}"
             );
         }

@@ -257,7 +257,7 @@ pub fn supports(
         ));
     }
     let k = w.cols();
-    if k == 0 || k % 8 != 0 {
+    if k == 0 || !k.is_multiple_of(8) {
         return Err(format!(
             "K = {k}: the tensor-core GEMM needs K a positive multiple of 8 (16-byte activation rows)"
         ));

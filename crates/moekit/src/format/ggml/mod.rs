@@ -244,7 +244,7 @@ fn check_lengths(
 ) -> Result<()> {
     let bs = ty.block_size();
     ensure(
-        n_values % bs == 0,
+        n_values.is_multiple_of(bs),
         op,
         values_arg,
         // format_args!: the message is built only on failure (this runs for

@@ -186,8 +186,12 @@ impl LayerRule {
     fn is_moe(&self, l: usize) -> bool {
         match self {
             LayerRule::All => true,
-            LayerRule::Sparse { step, mlp_only } => !mlp_only.contains(&l) && (l + 1) % step == 0,
-            LayerRule::FirstDense { first_dense, freq } => l >= *first_dense && l % freq == 0,
+            LayerRule::Sparse { step, mlp_only } => {
+                !mlp_only.contains(&l) && (l + 1).is_multiple_of(*step)
+            }
+            LayerRule::FirstDense { first_dense, freq } => {
+                l >= *first_dense && l.is_multiple_of(*freq)
+            }
         }
     }
 

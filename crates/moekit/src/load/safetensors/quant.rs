@@ -132,8 +132,8 @@ impl QuantConfig {
                 )))
             }
             (None, Some(s)) => {
-                let group_size = if s > 0 && cols % s == 0 { cols / s } else { 0 };
-                let bits = if cols > 0 && (w_last * 32) % cols == 0 { (w_last * 32 / cols) as u32 } else { 0 };
+                let group_size = if s > 0 && cols.is_multiple_of(s) { cols / s } else { 0 };
+                let bits = if cols > 0 && (w_last * 32).is_multiple_of(cols) { (w_last * 32 / cols) as u32 } else { 0 };
                 if group_size == 0 || bits == 0 {
                     return Err(bad(format!(
                         "tensor `{path}.weight` (last dim {w_last}) and `{path}.scales` (last dim {s}) do not fit any affine quantization of {cols} input columns"

@@ -140,7 +140,7 @@ fn k4_codes<V: Simd>(q32: &[u8; 32], qh: Option<&[u8; 32]>, c: usize) -> ([V::F8
 /// The 8 6-bit scales and 8 mins of Q4_K / Q5_K (as `scale_min_k4`), with
 /// word operations (ggml's `kmask` unpacking) rather than 16 byte picks.
 #[inline(always)]
-fn k4_scales_mins(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+pub(crate) fn k4_scales_mins(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     const M6: u32 = 0x3f3f_3f3f;
     const M4: u32 = 0x0f0f_0f0f;
     const M2: u32 = 0x0303_0303;

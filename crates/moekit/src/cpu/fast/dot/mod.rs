@@ -40,6 +40,8 @@ mod simd;
 use simd::Avx2;
 use simd::{Portable, Simd};
 
+pub(crate) use kquant::k4_scales_mins;
+
 use super::gather_mm::dot;
 use crate::cpu::{simd_level, SimdLevel};
 use crate::error::{invalid, Result};
@@ -97,7 +99,7 @@ fn lanes_sum(acc: Acc) -> f32 {
 /// which are often subnormal f16; per-block scales of the 32-weight formats
 /// are practically always normal, where a predicted branch costs less.
 #[inline(always)]
-fn f16_to_f32(h: f16, branchless: bool) -> f32 {
+pub(crate) fn f16_to_f32(h: f16, branchless: bool) -> f32 {
     let h = u32::from(h.to_bits());
     let em = (h & 0x7fff) << 13;
     let exp = em & 0x0f80_0000;
@@ -379,8 +381,9 @@ fn run_for<V: Simd>(raw: &RawRow<'_>) -> Run {
 fn run_at(level: SimdLevel, raw: &RawRow<'_>) -> Option<Run> {
     match level {
         SimdLevel::Portable => Some(run_for::<Portable>(raw)),
+        // The VNNI levels add integer dot products only (`qdot`).
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 => Some(run_for::<Avx2>(raw)),
+        SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512Vnni => Some(run_for::<Avx2>(raw)),
         #[allow(unreachable_patterns)] // reachable on other architectures
         _ => None,
     }

@@ -5,10 +5,10 @@
 //! The intrinsics need the CPU to have AVX2, FMA and F16C. Every value of
 //! this module's types is made inside [`Avx2::enter`], and the kernels
 //! instantiated for [`Avx2`] are run only by
-//! [`dot_rows_at`](super::super::dot_rows_at) with `SimdLevel::Avx2`, which
-//! it accepts only if `SimdLevel::is_supported` detected those features
-//! at run time. That is what the `SAFETY` comments below mean by "the level
-//! was detected".
+//! [`dot_rows_at`](super::super::dot_rows_at) with a level that has AVX2
+//! (`SimdLevel::has_avx2`), which it accepts only if
+//! `SimdLevel::is_supported` detected those features at run time. That is
+//! what the `SAFETY` comments below mean by "the level was detected".
 
 use super::{F8Ops, Simd, U8Ops};
 use half::f16;
