@@ -528,8 +528,12 @@ fn q4_0_bytes_read_as_iq4_nl_run_on_both_cpu_paths() {
     };
     assert_eq!(up.format().to_string(), "iq4_nl");
     let x = input("qwen2moe_q4_0");
+    // f32 activations on the fast backend, for NMSE_MAX (the q4_0 gate and
+    // down would otherwise take the integer path).
     let run = |backend| {
-        let out = block.forward_on(backend, &x).unwrap().out;
+        let out = with_act_mode(ActMode::F32, || block.forward_on(backend, &x))
+            .unwrap()
+            .out;
         out.to_f32_vec().unwrap()
     };
     let (refr, fast) = (run(Backend::CpuReference), run(Backend::CpuFast));

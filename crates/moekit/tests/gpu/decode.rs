@@ -380,7 +380,8 @@ fn long_k_and_two_n_tiles_match_cpu() {
             assert!(e <= 1e-3, "{f} h={h} i={i}: NMSE {e:e}");
             let rows = x.to_f32_vec().unwrap();
             for t in [0, 11] {
-                let one = Tensor::from_f32(&rows[t * h..(t + 1) * h], &[1, h], DType::Bf16).unwrap();
+                let one =
+                    Tensor::from_f32(&rows[t * h..(t + 1) * h], &[1, h], DType::Bf16).unwrap();
                 assert_eq!(
                     run(&dev, MoePath::Decode, &one),
                     got[t * h..(t + 1) * h],

@@ -134,6 +134,8 @@ pub fn kind_of(t: GgmlType) -> Option<QKind> {
         GgmlType::Q5_K => super_block(2),
         // Centred codes, |q| ≤ 32.
         GgmlType::Q6_K => super_block(2),
+        // Table-coded types (IQ*, MXFP4, ternary): f32 activations for now.
+        _ => return None,
     })
 }
 
