@@ -16,7 +16,7 @@ use crate::ops::parts::MoeBlockParts;
 use crate::ops::route::Routing;
 use crate::ops::route::{RouterKind, Scoring};
 use crate::tensor::Tensor;
-use crate::DType;
+use crate::{DType, WeightFormat};
 
 static SRC: Source = Source {
     name: "decode.cu",
@@ -361,6 +361,12 @@ fn plan_for(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<Plan, String> 
             x.device()
         ));
     }
+    if !router_format_ok(p.router_weight.format()) {
+        return Err(format!(
+            "its router weights are {}; the decode path's router takes dense or MLX affine weights",
+            p.router_weight.format()
+        ));
+    }
     if let Some(g) = p.shared.as_ref().and_then(|s| s.gate.as_ref()) {
         if ftype(g).ok() != ftype(&p.router_weight).ok() {
             return Err("the shared-expert gate differs in format from the router".into());
@@ -374,14 +380,22 @@ pub fn supports(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<(), String
     plan_for(p, x).map(|_| ())
 }
 
+/// Router weight formats `decode_route` is instantiated for: dense and MLX
+/// affine (checkpoints keep routers in f32/16-bit, or quantize them as MLX
+/// does); a router in a GGML block type takes the general path. This keeps
+/// the route kernel — the slowest to compile — to the formats routers use.
+fn router_format_ok(f: WeightFormat) -> bool {
+    !matches!(f, WeightFormat::Ggml(_))
+}
+
 /// Every instance the decode path can request.
 pub fn instances() -> Vec<(&'static Source, String)> {
-    let fmts: Vec<String> = all_format_types().into_iter().map(|(_, t)| t).collect();
     let mut v = Vec::new();
-    for ft in &fmts {
+    for (f, ft) in all_format_types() {
         for &d in &FLOAT_DTYPES {
             let t = ctype("decode", d).unwrap_or("float");
-            for k in ["decode_route", "decode_gate_up", "decode_down"] {
+            let route = router_format_ok(f).then_some("decode_route");
+            for k in route.into_iter().chain(["decode_gate_up", "decode_down"]) {
                 v.push((&SRC, format!("moekit::{k}<{ft}, {t}>")));
             }
             if matches!(d, DType::Bf16 | DType::F16) && ft != "moekit::FmtDense<float>" {
@@ -688,6 +702,22 @@ mod tests {
                 "K={k}"
             );
         }
+    }
+
+    #[test]
+    fn route_kernel_instances_only_for_router_formats() {
+        let inst = instances();
+        let mut ggml = 0;
+        for (f, ft) in all_format_types() {
+            let route = format!("moekit::decode_route<{ft}, __nv_bfloat16>");
+            assert_eq!(
+                inst.iter().any(|(_, e)| *e == route),
+                router_format_ok(f),
+                "{ft}"
+            );
+            ggml += usize::from(matches!(f, WeightFormat::Ggml(_)));
+        }
+        assert!(ggml >= 10 && router_format_ok(WeightFormat::Dense(DType::F32)));
     }
 
     #[test]
