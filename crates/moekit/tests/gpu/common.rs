@@ -1,6 +1,7 @@
 //! Shared helpers of the GPU tests.
 #![allow(dead_code)]
 
+use moekit::cpu::{with_act_mode, ActMode};
 use moekit::moe::MoeBlock;
 use moekit::{Backend, DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
@@ -69,9 +70,11 @@ pub fn host_f32(t: &Tensor) -> Vec<f32> {
     t.to_device(Device::Cpu).unwrap().to_f32_vec().unwrap()
 }
 
-/// The block's output on the fast CPU backend (the reference of the block tests).
+/// The block's output on the fast CPU backend with f32 activations (the
+/// reference of the block tests; the default 8-bit activation path is
+/// checked against it on the CPU, tests/cpu_q8_path.rs).
 pub fn cpu_forward(b: &MoeBlock, x: &Tensor) -> Vec<f32> {
-    b.forward_on(Backend::CpuFast, x)
+    with_act_mode(ActMode::F32, || b.forward_on(Backend::CpuFast, x))
         .unwrap()
         .out
         .to_f32_vec()

@@ -2,6 +2,7 @@
 //! CPU and the general CUDA path, plus its determinism and batch invariance.
 
 use crate::common::*;
+use moekit::cpu::{with_act_mode, ActMode};
 use moekit::format::random::random_weights;
 use moekit::moe::{MoeBlock, MoeBlockParts, MoePath, SharedExpert};
 use moekit::ops::act::GateUp;
@@ -142,7 +143,8 @@ fn decode_matches_cpu_for_every_rule_and_layout() {
             let dev = cpu.to_device(gpu()).unwrap();
             for t in [1, 2, 7, 33, 64] {
                 let x = random(&[t, s.h], DType::F32, t as u64);
-                let trace = cpu.forward_on(Backend::CpuFast, &x).unwrap();
+                let trace =
+                    with_act_mode(ActMode::F32, || cpu.forward_on(Backend::CpuFast, &x)).unwrap();
                 let got = dev
                     .forward_with(Backend::Cuda, MoePath::Decode, &x.to_device(gpu()).unwrap())
                     .unwrap();

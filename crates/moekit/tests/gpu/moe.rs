@@ -3,6 +3,7 @@
 //! weight format against the CPU, and CUDA-graph capture + replay.
 
 use crate::common::*;
+use moekit::cpu::{with_act_mode, ActMode};
 use moekit::format::random::random_weights;
 use moekit::load;
 use moekit::moe::{MoeBlock, MoeBlockParts, MoePath, SharedExpert};
@@ -193,8 +194,7 @@ fn moe_block_captures_into_a_cuda_graph_and_replays_with_new_inputs() {
             x.copy_from(&xs).unwrap();
             graph.replay().unwrap();
             let got = host_f32(&out);
-            let want = cpu
-                .forward_on(Backend::CpuFast, &xs)
+            let want = with_act_mode(ActMode::F32, || cpu.forward_on(Backend::CpuFast, &xs))
                 .unwrap()
                 .out
                 .to_f32_vec()
