@@ -290,8 +290,8 @@ fn block_step<D: Dot, const R: usize>(
 }
 
 /// [`Block32`] rows: [`block_step`] per block, the blocks after the last
-/// whole run of 4 with the portable lanes, the min terms of
-/// [`min_terms`].
+/// whole run of 4 with the portable lanes, the scale products and min terms
+/// of [`row_scales`].
 #[inline(always)]
 fn blocks32<B: Block32X86, D: Dot, const R: usize>(
     bytes: &[u8],

@@ -218,6 +218,8 @@ fn each_row<const R: usize>(
 /// The data of the `R` activation rows of a kernel call, with lengths
 /// checked once for `nb` blocks (so the kernels index them with [`chunk`]).
 #[derive(Clone, Copy)]
+// The fields are read by the x86 kernels (elsewhere only the checks run).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct Rows<'a, const R: usize> {
     /// Codes: `nb·block` each.
     y: [&'a [i8]; R],
