@@ -182,12 +182,23 @@ fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
 /// the output split into `col_blocks` column blocks of a tile each.
 ///
 /// Several experts: the smallest of [`TILE_ROWS`] that holds an expert's
-/// expected rows (`m / min(E, m)`), so few rows per expert waste little of a
-/// tile and many rows get large tiles; 256-row tiles (one block an SM) only
-/// past 256 rows, where two 128-row tiles (two blocks an SM) measured faster
-/// for 3 of 4 formats (H100, qwen3-30b-a3b T = 4096, 256 rows an expert, ms
-/// 128 vs 256: affine4 1.38 vs 1.49, bf16 1.21 vs 1.46, q8_0 1.75 vs 1.79,
-/// q4_k 1.72 vs 1.50).
+/// expected rows (`per = m / min(E, m)`) with a quarter to spare
+/// (`per + per / 4`), so few rows per expert waste little of a tile and many
+/// rows get large tiles. The spare quarter: routed rows scatter around
+/// `per`, and a tile of exactly `per` rows gives about half of the experts a
+/// second, nearly empty tile that decodes all of its weights again. H100,
+/// qwen3-30b-a3b, tensor-core path, graph µs, the tile of `per` rows vs the
+/// next larger one (`MOEKIT_TC_TILE_STEP=1`,
+/// `bench/results/h100/tc/2026-11-24c_tile_step.md`): T = 256 (16 rows an
+/// expert) affine4 463 → 414, q4_k 510 → 424, q8_0 644 → 527, bf16 528 →
+/// 517; T = 512 (32) affine4 542 → 488, q4_k 574 → 487, q8_0 717 → 571,
+/// bf16 540 → 539; T = 1024 (64) affine4 668 → 583, q8_0 807 → 674, q4_k
+/// 681 → 709, bf16 571 → 584. 256-row tiles (one block an SM) only past 256
+/// rows, where two 128-row tiles (two blocks an SM) measured faster for 3
+/// of 4 formats (qwen3-30b-a3b T = 4096, 256 rows an expert, ms 128 vs 256:
+/// affine4 1.35 vs 1.43, bf16 1.11 vs 1.43, q8_0 1.57 vs 1.56, q4_k 1.67 vs
+/// 1.46; T = 2048, 128 rows an expert, stays at 128: 256 is slower for
+/// every format).
 ///
 /// One expert (the router, a shared expert): the smallest tile whose grid
 /// stays within [`SINGLE_BLOCKS`] blocks, at most 128 rows. Large tiles there
@@ -209,9 +220,10 @@ pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize) -> usize {
     if per > largest {
         return largest;
     }
+    let want = per + per / 4;
     TILE_ROWS
         .into_iter()
-        .find(|&t| t >= per && t < largest)
+        .find(|&t| t >= want && t < largest)
         .unwrap_or(TILE_ROWS[TILE_ROWS.len() - 2])
 }
 
@@ -235,12 +247,35 @@ pub fn launch_tile_rows(
     dtype: DType,
     smem_optin: usize,
 ) -> usize {
-    let bm = tile_rows(m, n_experts, col_blocks);
+    let mut bm = tile_rows(m, n_experts, col_blocks);
+    if n_experts > 1 {
+        bm = step_tile(bm, tile_step());
+    }
     if bm > REQUIRED_TILE && smem_bytes(w, dtype, bm) > smem_optin {
         REQUIRED_TILE
     } else {
         bm
     }
+}
+
+/// Steps [`tile_rows`]' choice for several experts by `MOEKIT_TC_TILE_STEP`
+/// places in [`TILE_ROWS`] (−2..=2, read once; 0 by default). A tuning knob
+/// for measuring the tile table: every tile gives the same bits per row.
+fn tile_step() -> isize {
+    static ENV: std::sync::OnceLock<isize> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| {
+        std::env::var("MOEKIT_TC_TILE_STEP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|v| (-2..=2).contains(v))
+            .unwrap_or(0)
+    })
+}
+
+/// `bm` moved `step` places along [`TILE_ROWS`], clamped to the table.
+fn step_tile(bm: usize, step: isize) -> usize {
+    let at = TILE_ROWS.iter().position(|&t| t == bm).unwrap_or(0) as isize;
+    TILE_ROWS[(at + step).clamp(0, TILE_ROWS.len() as isize - 1) as usize]
 }
 
 /// Whether the tensor-core GEMM takes activations of `dtype` against `w`
@@ -537,9 +572,15 @@ mod tests {
         // qwen3-30b-a3b (E = 128, k = 8): T = 1 → 8 rows over 8 experts.
         assert_eq!(tile_rows(8, 128, 12), 16);
         assert_eq!(tile_rows(64 * 8, 128, 12), 16);
-        assert_eq!(tile_rows(512 * 8, 128, 12), 32);
-        assert_eq!(tile_rows(1024 * 8, 128, 12), 64);
+        assert_eq!(tile_rows(128 * 8, 128, 12), 16);
+        // 16, 32 and 64 rows an expert: the next tile up (a quarter spare).
+        assert_eq!(tile_rows(256 * 8, 128, 12), 32);
+        assert_eq!(tile_rows(512 * 8, 128, 12), 64);
+        assert_eq!(tile_rows(1024 * 8, 128, 12), 128);
         assert_eq!(tile_rows(2048 * 8, 128, 12), 128);
+        // qwen3-next (E = 512, k = 10): 10 and 80 rows an expert.
+        assert_eq!(tile_rows(512 * 10, 512, 4), 16);
+        assert_eq!(tile_rows(4096 * 10, 512, 4), 128);
         assert_eq!(tile_rows(4096 * 8, 128, 12), 128);
         assert_eq!(tile_rows(4097 * 8, 128, 1), 256);
         assert_eq!(tile_rows(0, 128, 12), 16);
@@ -552,6 +593,15 @@ mod tests {
         assert_eq!(tile_rows(300, 1, 44), 64);
         assert_eq!(tile_rows(100_000, 1, 2), 128);
         assert_eq!(tile_rows(100_000, 1, 0), 128);
+    }
+
+    #[test]
+    fn tile_steps_stay_in_the_table() {
+        assert_eq!(step_tile(32, 1), 64);
+        assert_eq!(step_tile(32, -1), 16);
+        assert_eq!(step_tile(16, -2), 16);
+        assert_eq!(step_tile(128, 2), 256);
+        assert_eq!(step_tile(64, 0), 64);
     }
 
     #[test]
