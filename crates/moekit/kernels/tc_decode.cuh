@@ -257,3 +257,5 @@ template <typename T> struct TcDecOf<FmtAffineU8, T> { typedef TcDecBytes<float,
 
 // The GGUF block decoders (Q8_0, Q4_0) and their TcDecOf specializations.
 #include "moekit/tc_decode_gguf.cuh"
+// The table decoders (IQ4_NL, IQ4_XS, MXFP4).
+#include "moekit/tc_decode_iq.cuh"

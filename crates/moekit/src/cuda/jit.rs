@@ -47,6 +47,7 @@ pub static HEADERS: &[Source] = &[
     header!("pipe.cuh"),
     header!("tc_decode.cuh"),
     header!("tc_decode_gguf.cuh"),
+    header!("tc_decode_iq.cuh"),
     header!("tc_common.cuh"),
     header!("mma.cuh"),
     header!("decode_mma.cuh"),

@@ -286,6 +286,90 @@ fn single_expert_and_f32_split() {
     }
 }
 
+/// The tile decoders give the reference's weights rounded once to T, bit
+/// for bit: one-hot rows (row r = e_{r mod K}, expert r / K) make the GEMM's
+/// output the transposed weights. Two experts of K rows each take 256-row
+/// tiles (wgmma on sm_90a); one expert, 16-row tiles (mma.sync). Not for
+/// the decoders documented to round q·s + b once in T arithmetic (MLX
+/// affine 4-bit, Q4_K: tc_decode.cuh), whose bits may differ in a tie.
+#[test]
+fn tile_decoders_give_the_reference_bits() {
+    for f in WeightFormat::all() {
+        if matches!(f, WeightFormat::Affine(p) if p.bits == 4)
+            || f == WeightFormat::Ggml(GgmlType::Q4_K)
+        {
+            continue;
+        }
+        let (e, n) = (2usize, 136usize);
+        let k = round_k(f, 512);
+        let w = weights(f, e, n, k, DType::F16, 41);
+        let wg = w.to_device(gpu()).unwrap();
+        let dq: Vec<Vec<f32>> = (0..e).map(|x| w.dequantize_expert(x).unwrap()).collect();
+        // f16 for the formats with a fast decoder of their own (their f16
+        // arithmetic differs); the others share one f32 path (and f16
+        // instances compile on the device: the kernel cache holds bf16).
+        let fast = matches!(
+            f,
+            WeightFormat::Ggml(
+                GgmlType::Q8_0
+                    | GgmlType::Q4_0
+                    | GgmlType::IQ4_NL
+                    | GgmlType::IQ4_XS
+                    | GgmlType::MXFP4
+            )
+        );
+        let dts: &[DType] = if fast {
+            &[DType::Bf16, DType::F16]
+        } else {
+            &[DType::Bf16]
+        };
+        for &dt in dts {
+            for experts in [1usize, 2] {
+                let m = experts * k;
+                let mut x = vec![0f32; m * k];
+                for r in 0..m {
+                    x[r * k + r % k] = 1.0;
+                }
+                let x = Tensor::from_f32(&x, &[m, k], dt)
+                    .unwrap()
+                    .to_device(gpu())
+                    .unwrap();
+                let out = poisoned(&[m, n], dt);
+                if experts == 1 {
+                    matmul_into(&x, &wg, TcRows::Single, &out).unwrap();
+                } else {
+                    let off = Tensor::from_slice(&[0u32, k as u32, 2 * k as u32], &[3])
+                        .unwrap()
+                        .to_device(gpu())
+                        .unwrap();
+                    matmul_into(&x, &wg, TcRows::Sorted(&off), &out).unwrap();
+                }
+                let got = host_f32(&out);
+                let mut want = vec![0f32; m * n];
+                for r in 0..m {
+                    for nn in 0..n {
+                        want[r * n + nn] = dq[r / k][nn * k + r % k];
+                    }
+                }
+                let want = Tensor::from_f32(&want, &[m, n], dt)
+                    .unwrap()
+                    .to_f32_vec()
+                    .unwrap();
+                let bad: Vec<_> = (0..m * n)
+                    .filter(|&i| got[i] != want[i]) // −0 sums to +0: compare values
+                    .take(4)
+                    .map(|i| (i / n, i % n, got[i], want[i]))
+                    .collect();
+                assert!(
+                    bad.is_empty(),
+                    "{f} {dt} experts={experts} K={k}: weights differ (row, col, got, want) {bad:?}"
+                );
+            }
+        }
+    }
+    gpu_device().check_errors().unwrap();
+}
+
 /// One expert's split GEMM copies halves split beforehand (split.cu); two
 /// experts' decodes the f32 weights in the GEMM. Both must give the same
 /// bits: expert 0 of the pair holds the single expert's weights (with a −0,
