@@ -69,8 +69,9 @@ pub fn all() -> Vec<Preset> {
             hidden: 2048,
             intermediate: 512,
             shared: (512, true),
+            // Qwen3-Next-80B-A3B's config.json (and transformers' default).
             router: RouterKind::SoftmaxTopK {
-                norm_topk_prob: false,
+                norm_topk_prob: true,
             },
         },
     ]

@@ -311,8 +311,12 @@ impl ModelConfig {
                 };
                 let i = f.usize_req(i_key, MAX_DIM)?;
                 keys.intermediate = i_key;
+                // Absent key: transformers' defaults (Qwen3NextConfig True, the
+                // others False). mlx-lm's qwen3_next defaults to False, but
+                // Qwen3-Next checkpoints (and mlx-lm's conversions of them, which
+                // keep the key) say true.
                 let router = RouterKind::SoftmaxTopK {
-                    norm_topk_prob: f.bool_or("norm_topk_prob", false)?,
+                    norm_topk_prob: f.bool_or("norm_topk_prob", mt == "qwen3_next")?,
                 };
                 if mt == "qwen2_moe" || mt == "qwen3_next" {
                     let s = f.usize_req("shared_expert_intermediate_size", MAX_DIM)?;
@@ -555,6 +559,25 @@ mod tests {
             }
         );
         assert!(c.shared.is_none());
+    }
+
+    #[test]
+    fn qwen3_next_normalizes_top_k_by_default() {
+        // transformers' Qwen3NextConfig: norm_topk_prob defaults to True.
+        let text = |norm: &str| {
+            format!(
+                r#"{{"model_type":"qwen3_next","hidden_size":64,"num_hidden_layers":2,"num_experts":16,
+                   "num_experts_per_tok":4,"moe_intermediate_size":32,"shared_expert_intermediate_size":32{norm}}}"#
+            )
+        };
+        let norm_of = |c: ModelConfig| match c.router {
+            RouterKind::SoftmaxTopK { norm_topk_prob } => norm_topk_prob,
+            r => panic!("{r:?}"),
+        };
+        assert!(norm_of(parse(&text("")).unwrap()));
+        assert!(!norm_of(
+            parse(&text(r#","norm_topk_prob":false"#)).unwrap()
+        ));
     }
 
     #[test]
