@@ -89,15 +89,22 @@ struct FmtIQ4_NL : Codes<FmtIQ4_NL> {
   }
 };
 
-// IQ4_XS: super-blocks of 256; chunk c is group c % 8 of super-block c / 8,
-// scale d·(ls − 32) with the 6-bit ls from scales_l (nibble g % 2 of byte
-// g / 2, i.e. bits 4g of the word) and scales_h (bits 2g, 2g + 1).
-struct FmtIQ4_XS : Codes<FmtIQ4_XS> {
-  typedef block_iq4_xs B;
+// The constants of a super-block format (IQ4_XS, the grid i-quants, the
+// ternary types): super-blocks of 256, chunk c = group c % 8 of super-block
+// c / 8, one scale per SUB weights.
+template <typename BLOCK, int SUB_>
+struct SuperFmt {
+  typedef BLOCK B;
   static constexpr int CHUNK = 32, UNIT_W = QK_K, UNIT_BYTES = sizeof(B);
-  static constexpr int SUB = 32;
+  static constexpr int SUB = SUB_;
   static constexpr bool HAS_B = false;
   typedef void Scale;
+};
+
+// IQ4_XS: group scale d·(ls − 32) with the 6-bit ls from scales_l (nibble
+// g % 2 of byte g / 2, i.e. bits 4g of the word) and scales_h (bits 2g,
+// 2g + 1).
+struct FmtIQ4_XS : Codes<FmtIQ4_XS>, SuperFmt<block_iq4_xs, 32> {
   __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
                                                     float (&kb)[CHUNK / SUB]) {
     const B* b = reinterpret_cast<const B*>(r.data) + (c >> 3);
@@ -197,16 +204,6 @@ __device__ __forceinline__ float half_step(float d, u32 s, float m) {
   return __fmul_rn(__fmul_rn(d, 0.5f + (float)s), m);
 }
 
-// The constants of a grid i-quant or ternary format: super-blocks of 256,
-// chunk c = group c % 8 of super-block c / 8, one scale per SUB weights.
-template <typename BLOCK, int SUB_>
-struct SuperFmt {
-  typedef BLOCK B;
-  static constexpr int CHUNK = 32, UNIT_W = QK_K, UNIT_BYTES = sizeof(B);
-  static constexpr int SUB = SUB_;
-  static constexpr bool HAS_B = false;
-  typedef void Scale;
-};
 
 struct FmtIQ2_XXS : Codes<FmtIQ2_XXS>, SuperFmt<block_iq2_xxs, 32> {
   __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],

@@ -54,6 +54,20 @@ struct GgufBlock32 {
   __device__ __forceinline__ u32 word(int i) const { return __funnelshift_r(w[i], w[i + 1], sh); }
 };
 
+// The 4 bytes u of x → (2^15 + u)·a + c each (PRMT builds the f32 2^15 + u,
+// u in bits 8..15 under the exponent of 2^15, whose ulp is 2^-8; one FFMA),
+// packed into two T pairs. With c = −(2^15 + bias)·a exact in f32 and
+// (u − bias)·a exact, that is (u − bias)·a rounded once to T (by the pack).
+// Q8_0 and Q4_0 (bf16) and the table decoders (tc_decode_iq.cuh) share it.
+template <typename T>
+__device__ __forceinline__ void magic_bytes4(u32 x, float a, float c, u32& lo, u32& hi) {
+  float v[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = __fmaf_rn(__uint_as_float(__byte_perm(x, 0x47000000u, 0x7404 | (k << 4))), a, c);
+  lo = Pk<T>::pack(v[0], v[1]);
+  hi = Pk<T>::pack(v[2], v[3]);
+}
+
 // Q8_0: 32 signed byte codes q. A code word is biased first (^ 0x80808080:
 // byte u = q + 128, one LOP3 per 4 codes) so that a code can go under a
 // magic exponent as it is:
@@ -84,11 +98,7 @@ struct TcDecQ8_0 {
       hi = Pk<T>::scale(__byte_perm(x, 0x64646464u, 0x4342), neg, d2, zero);
     } else {
       const float d = half_bits_to_f32(b.db), c = __fmul_rn(d, -32896.f);  // −(2^15 + 128)·d, exact
-      float v[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = __fmaf_rn(__uint_as_float(__byte_perm(x, 0x47000000u, 0x7404 | (k << 4))), d, c);
-      lo = Pk<T>::pack(v[0], v[1]);
-      hi = Pk<T>::pack(v[2], v[3]);
+      magic_bytes4<T>(x, d, c, lo, hi);
     }
   }
   __device__ __forceinline__ uint4 unit(int u) const {
@@ -134,11 +144,7 @@ struct TcDecQ4_0 {
       const u32 n = HIGH ? (x >> 4) & 0x0F0F0F0Fu : m;
       const float d = half_bits_to_f32(b.db);
       const float c = __fmul_rn(d, -32776.f);  // −(2^15 + 8)·d, exact
-      float v[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = __fmaf_rn(__uint_as_float(__byte_perm(n, 0x47000000u, 0x7404 | (k << 4))), d, c);
-      lo = Pk<T>::pack(v[0], v[1]);
-      hi = Pk<T>::pack(v[2], v[3]);
+      magic_bytes4<T>(n, d, c, lo, hi);
     }
   }
   __device__ __forceinline__ uint4 unit(int u) const {

@@ -52,17 +52,19 @@ __device__ __forceinline__ void table8(const Table16& t, u32 w, u32& lo4, u32& h
 }
 
 // 4 biased entries (bytes of x) → two T pairs, v·a with v = entry − bias.
-// EXACT_C: c = −(2^15 + bias)·a is exact, so one FFMA a weight.
+// EXACT_C: c = −(2^15 + bias)·a is exact, so one FFMA a weight
+// (magic_bytes4); else one FADD leaves v and one FMUL the exact v·a.
 template <typename T, bool EXACT_C>
 __device__ __forceinline__ void entries4(u32 x, float a, float c, float m, u32& lo, u32& hi) {
-  float v[4];
+  if constexpr (EXACT_C) {
+    magic_bytes4<T>(x, a, c, lo, hi);
+  } else {
+    float v[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float f = __uint_as_float(prmt(x, 0x47000000u, 0x7404u | (k << 4)));  // 2^15 + entry
-    v[k] = EXACT_C ? __fmaf_rn(f, a, c) : __fmul_rn(__fadd_rn(f, m), a);
+    for (int k = 0; k < 4; ++k) v[k] = __fmul_rn(__fadd_rn(__uint_as_float(prmt(x, 0x47000000u, 0x7404u | (k << 4))), m), a);
+    lo = Pk<T>::pack(v[0], v[1]);
+    hi = Pk<T>::pack(v[2], v[3]);
   }
-  lo = Pk<T>::pack(v[0], v[1]);
-  hi = Pk<T>::pack(v[2], v[3]);
 }
 
 // The shared part: code words (as 4 words through `word`), the table, the
