@@ -56,13 +56,7 @@ fn mma_split(k: usize) -> usize {
 /// stays a function of K alone within a process).
 fn spans_per_warp() -> usize {
     static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ENV.get_or_init(|| {
-        std::env::var("MOEKIT_DECODE_SPANS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|v| (1..=16).contains(v))
-            .unwrap_or(4)
-    })
+    *ENV.get_or_init(|| super::env_knob("MOEKIT_DECODE_SPANS", 1..=16, 4))
 }
 
 /// Largest T at which `decode_route`'s last block routes each token with
@@ -73,13 +67,7 @@ fn spans_per_warp() -> usize {
 /// T = 2 55.0 → 59.4 µs (tokens routed in turn instead of side by side).
 fn route_block_tokens() -> usize {
     static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ENV.get_or_init(|| {
-        std::env::var("MOEKIT_ROUTE_BLOCK_T")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|v| *v <= MAX_TOKENS)
-            .unwrap_or(1)
-    })
+    *ENV.get_or_init(|| super::env_knob("MOEKIT_ROUTE_BLOCK_T", 0..=MAX_TOKENS, 1))
 }
 
 /// Rows per tensor-core expert block for K (16 per row tile, 8 / split tiles).

@@ -86,6 +86,20 @@ pub enum Order {
     Dependent,
 }
 
+/// A tuning knob from the environment: `name` parsed as `T` when it lies in
+/// `range`, else `default` (unset, unparsable or out of range). Callers read
+/// it once (a `OnceLock`), so a process keeps one value.
+pub(crate) fn env_knob<T>(name: &str, range: std::ops::RangeInclusive<T>, default: T) -> T
+where
+    T: std::str::FromStr + PartialOrd,
+{
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|v| range.contains(v))
+        .unwrap_or(default)
+}
+
 /// Whether [`Order::Dependent`] launches use programmatic dependent launch:
 /// sm_90+ unless `MOEKIT_PDL=0` (read once; for A/B measurements).
 pub fn pdl_enabled(dev: &CudaDevice) -> bool {

@@ -263,13 +263,7 @@ pub fn launch_tile_rows(
 /// for measuring the tile table: every tile gives the same bits per row.
 fn tile_step() -> isize {
     static ENV: std::sync::OnceLock<isize> = std::sync::OnceLock::new();
-    *ENV.get_or_init(|| {
-        std::env::var("MOEKIT_TC_TILE_STEP")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|v| (-2..=2).contains(v))
-            .unwrap_or(0)
-    })
+    *ENV.get_or_init(|| super::env_knob("MOEKIT_TC_TILE_STEP", -2..=2, 0))
 }
 
 /// `bm` moved `step` places along [`TILE_ROWS`], clamped to the table.
