@@ -123,7 +123,10 @@ impl MoeBlock {
         Ok(self.forward_on(Backend::for_device(x.device())?, x)?.out)
     }
 
-    /// Runs the block into a preallocated `out [T, H]` of `x`'s dtype.
+    /// Runs the block into a preallocated `out [T, H]` of `x`'s dtype on
+    /// `x`'s device. The fused CUDA paths write `out` in place (no copy: the
+    /// form to capture in a CUDA graph, and to use with memory another
+    /// library owns); the others compute a new tensor and copy it in.
     pub fn forward_into(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
         check_shape("forward", "out", out, x.shape())?;
         ensure(
@@ -133,8 +136,15 @@ impl MoeBlock {
             format!("dtype {}", x.dtype()),
             out.dtype(),
         )?;
-        let y = self.forward(x)?;
-        out.copy_from(&y)
+        ensure(
+            out.device() == x.device(),
+            "forward",
+            "out",
+            format!("a tensor on {}", x.device()),
+            out.device(),
+        )?;
+        let backend = Backend::for_device(x.device())?;
+        self.run(backend, MoePath::Auto, x, Some(out)).map(|_| ())
     }
 
     /// Runs the block with an explicit backend and returns the routing too.
@@ -161,15 +171,26 @@ impl MoeBlock {
     /// # }
     /// ```
     pub fn forward_with(&self, backend: Backend, path: MoePath, x: &Tensor) -> Result<MoeTrace> {
+        self.run(backend, path, x, None)
+    }
+
+    /// The forward pass, into `dst` if given (checked by the caller).
+    fn run(
+        &self,
+        backend: Backend,
+        path: MoePath,
+        x: &Tensor,
+        dst: Option<&mut Tensor>,
+    ) -> Result<MoeTrace> {
         const OP: &str = "forward";
         check_float(OP, "x", x, 2)?;
         match crate::plan::plan(&self.p, backend, x, path)?.path {
             MoePath::Decode => {
-                let (routing, out) = crate::cuda::ops::decode::forward(&self.p, x)?;
+                let (routing, out) = crate::cuda::ops::decode::forward(&self.p, x, dst.as_deref())?;
                 return Ok(MoeTrace { routing, out });
             }
             MoePath::TensorCore => {
-                let (routing, out) = crate::cuda::ops::tc_moe::forward(&self.p, x)?;
+                let (routing, out) = crate::cuda::ops::tc_moe::forward(&self.p, x, dst.as_deref())?;
                 return Ok(MoeTrace { routing, out });
             }
             _ => {}
@@ -190,12 +211,7 @@ impl MoeBlock {
             qmm_on(backend, x, &p.router_weight)
         })?;
         let routing = route_on(backend, &logits, &p.router)?;
-        let sort = expert_sort_on(backend, &routing.ids, p.router.n_experts)?;
-        let xs = permute_on(backend, x, &sort)?;
-        let rows = RowExperts::Sorted(&sort.offsets);
-        let act = gather_swiglu_on(backend, &xs, &p.gate_up, rows)?;
-        let ys = gather_mm_on(backend, &act, &p.down, rows)?;
-        let mut out = unpermute_on(backend, &ys, &sort, &routing.weights)?;
+        let mut out = general_experts(backend, &p.gate_up, &p.down, x, &routing)?;
         if let (Some(s), Backend::Cuda) = (&p.shared, backend) {
             let sa = gather_swiglu_on(backend, x, &s.gate_up, RowExperts::Single)?;
             let sy = qmm_on(backend, &sa, &s.down)?;
@@ -216,6 +232,9 @@ impl MoeBlock {
                 }
             }
             out = Tensor::from_f32(&o, x.shape(), x.dtype())?;
+        }
+        if let Some(d) = dst {
+            d.copy_from(&out)?;
         }
         Ok(MoeTrace { routing, out })
     }
@@ -289,5 +308,116 @@ impl MoeBlock {
             .as_ref()
             .map_or(0, |s| 3 * h * s.gate_up.intermediate());
         2 * t * (e * h + k * 3 * h * i + shared)
+    }
+}
+
+/// The routed experts on the general path: sort → permute → gather gate/up
+/// + SwiGLU → gather down → weighted unpermute.
+fn general_experts(
+    backend: Backend,
+    gate_up: &GateUp,
+    down: &QuantWeights,
+    x: &Tensor,
+    routing: &Routing,
+) -> Result<Tensor> {
+    let sort = expert_sort_on(backend, &routing.ids, gate_up.n_experts())?;
+    let xs = permute_on(backend, x, &sort)?;
+    let rows = RowExperts::Sorted(&sort.offsets);
+    let act = gather_swiglu_on(backend, &xs, gate_up, rows)?;
+    let ys = gather_mm_on(backend, &act, down, rows)?;
+    unpermute_on(backend, &ys, &sort, &routing.weights)
+}
+
+/// The routed experts alone, for a routing computed elsewhere — vLLM's
+/// `fused_experts(x, w13, w2, topk_weights, topk_ids)`: token `t`'s output
+/// is `Σ_j weights[t,j] · down_e(silu(gate_e(x_t)) · up_e(x_t))` with
+/// `e = ids[t,j]`, summed in slot order `j` (deterministic). No router and
+/// no shared expert.
+///
+/// `x [T, H]` float; `gate_up` `[E, I, H]` (separate or fused), `down`
+/// `[E, H, I]`, any formats, on `x`'s device; `routing.ids u32 [T, k]`
+/// (every id `< E`) and `routing.weights f32 [T, k]` on that device too.
+/// On CUDA with 16-bit activations the tensor-core path runs where it takes
+/// the formats, else the general path. Writes `out` (`[T, H]` of `x`'s
+/// dtype on its device) in place on the tensor-core path and returns it, or
+/// returns a new tensor.
+pub fn routed_experts(
+    gate_up: &GateUp,
+    down: &QuantWeights,
+    x: &Tensor,
+    routing: &Routing,
+    out: Option<&mut Tensor>,
+) -> Result<Tensor> {
+    const OP: &str = "routed_experts";
+    check_float(OP, "x", x, 2)?;
+    let (e, h, i) = (
+        gate_up.n_experts(),
+        gate_up.hidden(),
+        gate_up.intermediate(),
+    );
+    let t = x.shape()[0];
+    ensure(
+        x.shape()[1] == h,
+        OP,
+        "x",
+        format!("[T, {h}] (gate_up's hidden size)"),
+        format!("{:?}", x.shape()),
+    )?;
+    ensure(
+        (down.n_experts(), down.rows(), down.cols()) == (e, h, i),
+        OP,
+        "down",
+        format!("[{e}, {h}, {i}]"),
+        format!("[{}, {}, {}]", down.n_experts(), down.rows(), down.cols()),
+    )?;
+    crate::ops::check_dtype(OP, "routing.ids", &routing.ids, crate::DType::U32)?;
+    crate::ops::check_dtype(OP, "routing.weights", &routing.weights, crate::DType::F32)?;
+    let k = routing.ids.shape().get(1).copied().unwrap_or(0);
+    ensure(
+        routing.ids.rank() == 2 && routing.ids.shape()[0] == t && (1..=32).contains(&k),
+        OP,
+        "routing.ids",
+        format!("[{t}, k] with 1 ≤ k ≤ 32"),
+        format!("{:?}", routing.ids.shape()),
+    )?;
+    check_shape(OP, "routing.weights", &routing.weights, &[t, k])?;
+    for (name, d) in [
+        ("gate_up", gate_up.sources()[0].0.device()),
+        ("gate_up", gate_up.sources()[1].0.device()),
+        ("down", down.device()),
+        ("routing.ids", routing.ids.device()),
+        ("routing.weights", routing.weights.device()),
+    ] {
+        ensure(
+            d == x.device(),
+            OP,
+            name,
+            format!("on {} (x's device)", x.device()),
+            d,
+        )?;
+    }
+    if let Some(o) = &out {
+        check_shape(OP, "out", o, x.shape())?;
+        ensure(
+            o.dtype() == x.dtype() && o.device() == x.device(),
+            OP,
+            "out",
+            format!("{} on {}", x.dtype(), x.device()),
+            format!("{} on {}", o.dtype(), o.device()),
+        )?;
+    }
+    let backend = Backend::for_device(x.device())?;
+    if backend == Backend::Cuda
+        && crate::cuda::ops::tc_moe::supports_experts(gate_up, down, x).is_ok()
+    {
+        return crate::cuda::ops::tc_moe::experts_into(gate_up, down, x, routing, out.as_deref());
+    }
+    let y = general_experts(backend, gate_up, down, x, routing)?;
+    match out {
+        Some(o) => {
+            o.copy_from(&y)?;
+            Ok(o.clone())
+        }
+        None => Ok(y),
     }
 }

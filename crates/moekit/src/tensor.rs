@@ -13,7 +13,6 @@ use std::ops::Range;
 use std::sync::Arc;
 
 /// Raw bytes of a tensor on the host.
-#[derive(Clone)]
 pub enum Bytes {
     /// Owned, 8-byte aligned (backed by `u64` words).
     Owned {
@@ -29,6 +28,53 @@ pub enum Bytes {
         /// The range viewed.
         range: Range<usize>,
     },
+    /// Memory another library owns (a NumPy array, a DLPack import), read
+    /// and written in place. A clone is a read-only [`Bytes::Shared`] view
+    /// of it (copied on its first write), so only this value writes.
+    External(Arc<External>),
+}
+
+/// Host memory another library owns; see [`Bytes::external`].
+pub struct External {
+    ptr: *mut u8,
+    len: usize,
+    _owner: Box<dyn std::any::Any + Send + Sync>,
+}
+
+// SAFETY: `Bytes::external`'s contract: the memory stays valid while the
+// owner lives and only moekit accesses it meanwhile; the owner is Send + Sync.
+unsafe impl Send for External {}
+// SAFETY: as above; shared access is read-only (`Bytes::make_mut` needs
+// `&mut Bytes`, and clones are read-only views).
+unsafe impl Sync for External {}
+
+impl AsRef<[u8]> for External {
+    fn as_ref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `Bytes::external`'s contract: `len` valid bytes at `ptr`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Clone for Bytes {
+    fn clone(&self) -> Bytes {
+        match self {
+            Bytes::Owned { words, len } => Bytes::Owned {
+                words: words.clone(),
+                len: *len,
+            },
+            Bytes::Shared { data, range } => Bytes::Shared {
+                data: data.clone(),
+                range: range.clone(),
+            },
+            Bytes::External(e) => Bytes::Shared {
+                range: 0..e.len,
+                data: e.clone(),
+            },
+        }
+    }
 }
 
 impl Bytes {
@@ -60,11 +106,35 @@ impl Bytes {
         Ok(Bytes::Shared { data, range })
     }
 
+    /// `len` bytes at `ptr` that another library owns (a NumPy array's
+    /// buffer, a DLPack import), used in place: moekit reads them, and
+    /// writes them where this value is written ([`Tensor::copy_from`],
+    /// [`MoeBlock::forward_into`](crate::MoeBlock::forward_into)). `owner`
+    /// is dropped, and so may release the memory, with the last view.
+    ///
+    /// # Safety
+    ///
+    /// `ptr .. ptr + len` must be valid for reads and writes (readable only
+    /// if this value is never written) while `owner` lives, and nothing else
+    /// may access it while moekit uses it.
+    pub unsafe fn external(
+        ptr: *mut u8,
+        len: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Bytes {
+        Bytes::External(Arc::new(External {
+            ptr,
+            len,
+            _owner: owner,
+        }))
+    }
+
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         match self {
             Bytes::Owned { words, len } => &bytemuck::cast_slice::<u64, u8>(words)[..*len],
             Bytes::Shared { data, range } => &(**data).as_ref()[range.clone()],
+            Bytes::External(e) => (**e).as_ref(),
         }
     }
 
@@ -72,6 +142,13 @@ impl Bytes {
         match self {
             Bytes::Owned { words, len } => &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..*len],
             Bytes::Shared { .. } => &mut [],
+            Bytes::External(e) if e.len > 0 => {
+                // SAFETY: `Bytes::external`'s contract (valid for writes while the
+                // owner lives); this value is the only writer (clones are
+                // read-only Shared views) and `&mut self` is exclusive.
+                unsafe { std::slice::from_raw_parts_mut(e.ptr, e.len) }
+            }
+            Bytes::External(_) => &mut [],
         }
     }
 
@@ -99,6 +176,7 @@ impl fmt::Debug for Bytes {
         match self {
             Bytes::Owned { len, .. } => write!(f, "Bytes::Owned({len} B)"),
             Bytes::Shared { range, .. } => write!(f, "Bytes::Shared({range:?})"),
+            Bytes::External(e) => write!(f, "Bytes::External({} B)", e.len),
         }
     }
 }

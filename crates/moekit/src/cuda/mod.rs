@@ -37,6 +37,7 @@ pub mod bench {
 
 use crate::error::{cuda_err, Error, Result};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -174,9 +175,18 @@ impl CudaDevice {
     pub fn name(&self) -> &str {
         &self.name
     }
-    /// The stream every op of this device runs on.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+    /// The stream ops of this device are enqueued on from this thread: the
+    /// device's own stream, or the caller's inside [`with_stream`].
+    pub fn stream(&self) -> Arc<CudaStream> {
+        STREAM_OVERRIDE
+            .with(|o| {
+                o.borrow()
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| *n == self.ordinal)
+                    .map(|(_, s)| s.clone())
+            })
+            .unwrap_or_else(|| self.stream.clone())
     }
     /// The context.
     pub fn context(&self) -> &Arc<CudaContext> {
@@ -188,6 +198,7 @@ impl CudaDevice {
     }
     /// Device address of the error word kernels report argument errors into.
     pub(crate) fn error_word(&self) -> u64 {
+        // Event tracking is off: the stream argument orders nothing here.
         let (p, _g) = self.err.device_ptr(&self.stream);
         p
     }
@@ -209,8 +220,8 @@ impl CudaDevice {
     /// Waits for the stream, then returns (and clears) any argument error a
     /// kernel reported since the last check. Every copy to the host checks.
     pub fn check_errors(&self) -> Result<()> {
-        let v = self
-            .stream
+        let stream = self.stream();
+        let v = stream
             .clone_dtoh(&self.err)
             .map_err(cuda_err("read error word"))?;
         let bits = v.first().copied().unwrap_or(0);
@@ -220,12 +231,7 @@ impl CudaDevice {
         // SAFETY: the error word is a live 4-byte allocation of this context,
         // cleared in stream order.
         unsafe {
-            cudarc::driver::result::memset_d8_async(
-                self.error_word(),
-                0,
-                4,
-                self.stream.cu_stream(),
-            )
+            cudarc::driver::result::memset_d8_async(self.error_word(), 0, 4, stream.cu_stream())
         }
         .map_err(cuda_err("clear error word"))?;
         let what: Vec<&str> = ERROR_BITS
@@ -241,8 +247,54 @@ impl CudaDevice {
 
     /// Blocks the host until all queued work is done (tests, benchmarks).
     pub fn synchronize(&self) -> Result<()> {
-        self.stream.synchronize().map_err(cuda_err("synchronize"))
+        self.stream().synchronize().map_err(cuda_err("synchronize"))
     }
+}
+
+thread_local! {
+    /// Streams that [`with_stream`] put in place on this thread, innermost last.
+    static STREAM_OVERRIDE: RefCell<Vec<(usize, Arc<CudaStream>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with every op this thread enqueues on `dev` going to `stream`, a
+/// stream another library owns (PyTorch's current stream, say) instead of
+/// the device's own: kernels, copies, stream-ordered allocations and frees
+/// of the memory allocated inside `f`, and [`graph::capture`]. So moekit's
+/// work is ordered with the caller's without events, and a caller capturing
+/// `stream` in a CUDA graph captures moekit's work too.
+///
+/// Calls may nest; the innermost wins. Other threads are not affected.
+///
+/// The fused decode path keeps per-device ticket counters (reset by its own
+/// kernels), so its calls must not run concurrently on two streams of one
+/// device; calls on one stream, or on several streams ordered with each
+/// other, are fine.
+///
+/// # Safety
+///
+/// `stream` must be a valid stream of `dev`'s context (the primary context
+/// of its device, which is the one the CUDA runtime, and so PyTorch, uses),
+/// and must stay valid as long as memory allocated inside `f` lives (its
+/// stream-ordered frees go to `stream`).
+pub unsafe fn with_stream<R>(
+    dev: &Arc<CudaDevice>,
+    stream: cudarc::driver::sys::CUstream,
+    f: impl FnOnce() -> R,
+) -> R {
+    // SAFETY: the caller guarantees the stream belongs to this context and
+    // outlives the work and allocations enqueued on it.
+    let s = unsafe { dev.ctx.wrap_borrowed_stream(stream) };
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            STREAM_OVERRIDE.with(|o| {
+                o.borrow_mut().pop();
+            });
+        }
+    }
+    STREAM_OVERRIDE.with(|o| o.borrow_mut().push((dev.ordinal, s)));
+    let _pop = Pop;
+    f()
 }
 
 /// Number of CUDA devices, or why CUDA cannot be used here.

@@ -1,16 +1,28 @@
 //! Device memory behind a [`Tensor`](crate::Tensor): a stream-ordered
-//! allocation shared by reference count, viewed as a byte range.
+//! allocation, or memory another library owns (a DLPack import), shared by
+//! reference count and viewed as a byte range.
 
 use super::CudaDevice;
 use crate::error::{cuda_err, Result};
 use cudarc::driver::{CudaSlice, DevicePtr};
 use std::sync::Arc;
 
+/// The memory a [`CudaBytes`] views.
+enum Mem {
+    /// moekit's own stream-ordered allocation.
+    Owned(CudaSlice<u8>),
+    /// Memory another library allocated; `_owner` keeps it alive.
+    Borrowed {
+        ptr: u64,
+        _owner: Box<dyn std::any::Any + Send + Sync>,
+    },
+}
+
 /// Bytes on a CUDA device.
 #[derive(Clone)]
 pub struct CudaBytes {
     dev: Arc<CudaDevice>,
-    buf: Arc<CudaSlice<u8>>,
+    buf: Arc<Mem>,
     offset: usize,
     len: usize,
 }
@@ -30,7 +42,7 @@ impl CudaBytes {
             .map_err(cuda_err("alloc_zeros"))?;
         Ok(CudaBytes {
             dev: dev.clone(),
-            buf: Arc::new(buf),
+            buf: Arc::new(Mem::Owned(buf)),
             offset: 0,
             len,
         })
@@ -44,10 +56,33 @@ impl CudaBytes {
         let buf = unsafe { dev.stream().alloc::<u8>(len.max(1)) }.map_err(cuda_err("alloc"))?;
         Ok(CudaBytes {
             dev: dev.clone(),
-            buf: Arc::new(buf),
+            buf: Arc::new(Mem::Owned(buf)),
             offset: 0,
             len,
         })
+    }
+
+    /// A view of `len` bytes at device address `ptr` that another library
+    /// owns (a DLPack import, a PyTorch tensor); `owner` is dropped, and so
+    /// releases the memory, when the last view of it is dropped.
+    ///
+    /// # Safety
+    ///
+    /// `ptr .. ptr + len` must be memory of `dev`'s context that stays valid
+    /// while `owner` lives, and nothing else may write it while moekit's
+    /// work on it is queued.
+    pub unsafe fn from_borrowed(
+        dev: &Arc<CudaDevice>,
+        ptr: u64,
+        len: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> CudaBytes {
+        CudaBytes {
+            dev: dev.clone(),
+            buf: Arc::new(Mem::Borrowed { ptr, _owner: owner }),
+            offset: 0,
+            len,
+        }
     }
 
     /// A view of `len` bytes at `offset` (clamped to these bytes).
@@ -91,7 +126,7 @@ impl CudaBytes {
         .map_err(cuda_err("copy to device"))?;
         Ok(CudaBytes {
             dev: dev.clone(),
-            buf: Arc::new(buf),
+            buf: Arc::new(Mem::Owned(buf)),
             offset: 0,
             len: bytes.len(),
         })
@@ -99,13 +134,20 @@ impl CudaBytes {
 
     /// Copies the bytes to the host (waits for the stream).
     pub fn to_host(&self) -> Result<Vec<u8>> {
-        let all = self
-            .dev
-            .stream()
-            .clone_dtoh(self.buf.as_ref())
+        let mut v = vec![0u8; self.len];
+        if self.len > 0 {
+            let stream = self.dev.stream();
+            // SAFETY: the source range lies inside this live allocation; the
+            // destination is a host buffer of the same length, alive until
+            // the synchronize below.
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(&mut v, self.ptr(), stream.cu_stream())
+            }
             .map_err(cuda_err("copy to host"))?;
+            stream.synchronize().map_err(cuda_err("copy to host"))?;
+        }
         self.dev.check_errors()?;
-        Ok(all[self.offset..self.offset + self.len].to_vec())
+        Ok(v)
     }
 
     /// Copies `src` (same length) into these bytes, in stream order (capturable).
@@ -152,8 +194,11 @@ impl CudaBytes {
 
     /// The device address of the first byte, for kernel arguments.
     pub fn ptr(&self) -> u64 {
-        let (p, _guard) = self.buf.device_ptr(self.dev.stream());
-        p + self.offset as u64
+        let base = match self.buf.as_ref() {
+            Mem::Owned(s) => s.device_ptr(&self.dev.stream()).0,
+            Mem::Borrowed { ptr, .. } => *ptr,
+        };
+        base + self.offset as u64
     }
 
     /// The device.

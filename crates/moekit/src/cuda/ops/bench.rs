@@ -44,9 +44,9 @@ pub fn time_ms(dev: &CudaDevice, reps: usize, mut f: impl FnMut() -> Result<()>)
         let b = ctx
             .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(cuda_err("new_event"))?;
-        a.record(dev.stream()).map_err(cuda_err("event record"))?;
+        a.record(&dev.stream()).map_err(cuda_err("event record"))?;
         f()?;
-        b.record(dev.stream()).map_err(cuda_err("event record"))?;
+        b.record(&dev.stream()).map_err(cuda_err("event record"))?;
         b.synchronize().map_err(cuda_err("event sync"))?;
         times.push(a.elapsed_ms(&b).map_err(cuda_err("elapsed"))? as f64);
     }
@@ -67,8 +67,9 @@ pub fn read_bandwidth(dev: &CudaDevice, bytes: usize) -> Result<f64> {
         .stream()
         .alloc_zeros::<u32>(blocks as usize)
         .map_err(cuda_err("alloc"))?;
-    let (sp, _g1) = src.device_ptr(dev.stream());
-    let (kp, _g2) = sink.device_ptr(dev.stream());
+    let stream = dev.stream();
+    let (sp, _g1) = src.device_ptr(&stream);
+    let (kp, _g2) = sink.device_ptr(&stream);
     let p = ReadParams {
         src: sp,
         sink: kp,
@@ -135,9 +136,9 @@ pub fn bf16_gemm_tflops(dev: &CudaDevice, n: usize) -> Result<f64> {
         .map_err(cuda_err("alloc"))?;
     let blas =
         CudaBlas::new(stream.clone()).map_err(cublas_err("cublasCreate (bf16_gemm_tflops)"))?;
-    let (ap, _ga) = a.device_ptr(stream);
-    let (bp, _gb) = b.device_ptr(stream);
-    let (cp, _gc) = c.device_ptr_mut(stream);
+    let (ap, _ga) = a.device_ptr(&stream);
+    let (bp, _gb) = b.device_ptr(&stream);
+    let (cp, _gc) = c.device_ptr_mut(&stream);
     let (alpha, beta) = (1.0f32, 0.0f32);
     let gemm = || -> Result<()> {
         // SAFETY: a, b and c are live n×n bf16 device buffers (column-major,

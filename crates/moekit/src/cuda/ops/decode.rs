@@ -409,9 +409,10 @@ fn dw(w: &QuantWeights, row_offset: usize) -> Result<DecodeW> {
     })
 }
 
-/// Runs `block` on `x` (`[T, H]`, T ≤ [`MAX_TOKENS`]) in three launches;
-/// call only where [`supports`] holds.
-pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
+/// Runs `block` on `x` (`[T, H]`, T ≤ [`MAX_TOKENS`]) in three launches,
+/// into `out` (`[T, H]` of `x`'s dtype on its device) if given, else into a
+/// new tensor; call only where [`supports`] holds.
+pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(Routing, Tensor)> {
     const OP: &str = "moe_decode";
     let plan = plan_for(p, x).map_err(|why| {
         crate::error::invalid(
@@ -445,11 +446,18 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
     let max_active = (t * k).min(e);
     let (tl, smem) = (plan.tiles, plan.smem);
     // decode_down writes every element of `out`.
-    let out = Tensor::from_cuda_bytes(
-        x.dtype(),
-        &[t, h],
-        crate::cuda::storage::CudaBytes::uninit(&dev, t * h * x.dtype().size())?,
-    )?;
+    let out = match out {
+        Some(o) => {
+            super::check_out(OP, o, x.dtype(), &[t, h])?;
+            super::check_same_device(OP, o, &dev)?;
+            o.clone()
+        }
+        None => Tensor::from_cuda_bytes(
+            x.dtype(),
+            &[t, h],
+            crate::cuda::storage::CudaBytes::uninit(&dev, t * h * x.dtype().size())?,
+        )?,
+    };
     // One scratch allocation, carved into 16-byte aligned pieces, every one
     // written by the kernels before it is read (the ticket is the device's).
     let sizes = [

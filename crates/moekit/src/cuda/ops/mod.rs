@@ -34,6 +34,21 @@ pub fn ctype(op: &'static str, dtype: DType) -> Result<&'static str> {
     }
 }
 
+/// Checks that `t` lives on `dev`.
+pub fn check_same_device(
+    op: &'static str,
+    t: &crate::Tensor,
+    dev: &std::sync::Arc<crate::cuda::CudaDevice>,
+) -> Result<()> {
+    crate::error::ensure(
+        t.device() == crate::Device::Cuda(dev.ordinal()),
+        op,
+        "out",
+        format!("a tensor on cuda:{}", dev.ordinal()),
+        t.device(),
+    )
+}
+
 /// Checks a preallocated output: on a CUDA device, `dtype`, `shape`.
 pub fn check_out(
     op: &'static str,
@@ -171,7 +186,8 @@ pub unsafe fn launch_ordered<P: DeviceRepr>(
         block_dim: geo.block,
         shared_mem_bytes: geo.shared,
     };
-    let mut b = dev.stream().launch_builder(&f);
+    let stream = dev.stream();
+    let mut b = stream.launch_builder(&f);
     b.arg(&params);
     // SAFETY: forwarded from the caller's contract.
     unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda_err(op))

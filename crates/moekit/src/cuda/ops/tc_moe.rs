@@ -25,37 +25,42 @@ use crate::DType;
 /// Whether every expert GEMM of `p` runs on tensor cores for `x`; the reason
 /// when not.
 pub fn supports(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<(), String> {
+    supports_experts(&p.gate_up, &p.down, x)?;
+    if let Some(s) = &p.shared {
+        supports_experts(&s.gate_up, &s.down, x).map_err(|e| format!("shared {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether experts `gate_up` / `down` run on tensor cores for `x`; the
+/// reason when not.
+pub fn supports_experts(
+    gate_up: &GateUp,
+    down: &QuantWeights,
+    x: &Tensor,
+) -> std::result::Result<(), String> {
     let crate::Device::Cuda(n) = x.device() else {
         return Err(format!("x is on {}, not a CUDA device", x.device()));
     };
-    if x.rank() != 2 || x.shape()[1] != p.hidden() {
+    if x.rank() != 2 || x.shape()[1] != gate_up.hidden() {
         return Err(format!(
             "x has shape {:?}, not [T, {}]",
             x.shape(),
-            p.hidden()
+            gate_up.hidden()
         ));
     }
     let smem = crate::cuda::device(n)
         .map_err(|e| e.to_string())?
         .smem_optin();
-    let gu = |g: &GateUp, what: &str| -> std::result::Result<(), String> {
-        if let GateUp::Separate { gate, up } = g {
-            if let Some(why) = tc_gemm::mixed(gate, up) {
-                return Err(format!("{what}: {why}"));
-            }
+    if let GateUp::Separate { gate, up } = gate_up {
+        if let Some(why) = tc_gemm::mixed(gate, up) {
+            return Err(format!("gate/up: {why}"));
         }
-        for (w, _) in g.sources() {
-            tc_gemm::supports(x.dtype(), w, smem).map_err(|e| format!("{what}: {e}"))?;
-        }
-        Ok(())
-    };
-    gu(&p.gate_up, "gate/up")?;
-    tc_gemm::supports(x.dtype(), &p.down, smem).map_err(|e| format!("down: {e}"))?;
-    if let Some(s) = &p.shared {
-        gu(&s.gate_up, "shared gate/up")?;
-        tc_gemm::supports(x.dtype(), &s.down, smem).map_err(|e| format!("shared down: {e}"))?;
     }
-    Ok(())
+    for (w, _) in gate_up.sources() {
+        tc_gemm::supports(x.dtype(), w, smem).map_err(|e| format!("gate/up: {e}"))?;
+    }
+    tc_gemm::supports(x.dtype(), down, smem).map_err(|e| format!("down: {e}"))
 }
 
 /// How the router matmul runs: on tensor cores where the weights reach the
@@ -88,8 +93,9 @@ fn router_logits(w: &QuantWeights, x: &Tensor) -> Result<Tensor> {
     qmm_on(Backend::Cuda, x, w)
 }
 
-/// Runs the block on `x [T, H]` (f16/bf16 on CUDA); call where [`supports`] holds.
-pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
+/// Runs the block on `x [T, H]` (f16/bf16 on CUDA) into `out` if given (as
+/// [`decode::forward`](super::decode::forward)); call where [`supports`] holds.
+pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(Routing, Tensor)> {
     const OP: &str = "moe_tc";
     if let Err(why) = supports(p, x) {
         return Err(invalid(
@@ -100,20 +106,9 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
         ));
     }
     let (t, h) = (x.shape()[0], x.shape()[1]);
-    let (e, k, i) = (p.router.n_experts, p.router.top_k, p.gate_up.intermediate());
     let logits = router_logits(&p.router_weight, x)?;
     let routing = route_on(Backend::Cuda, &logits, &p.router)?;
-    let sort = expert_sort_on(Backend::Cuda, &routing.ids, e)?;
-    let act = Tensor::uninit_on(x.dtype(), &[t * k, i], x.device())?;
-    let gathered = TcRows::Gathered {
-        offsets: &sort.offsets,
-        sorted: &sort.sorted,
-        top_k: k,
-    };
-    tc_gemm::swiglu_into(x, &p.gate_up, gathered, &act)?;
-    let ys = Tensor::uninit_on(x.dtype(), &[t * k, h], x.device())?;
-    tc_gemm::matmul_into(&act, &p.down, TcRows::Sorted(&sort.offsets), &ys)?;
-    let out = unpermute_on(Backend::Cuda, &ys, &sort, &routing.weights)?;
+    let out = experts_into(&p.gate_up, &p.down, x, &routing, out)?;
     if let Some(s) = &p.shared {
         let sa = Tensor::uninit_on(x.dtype(), &[t, s.gate_up.intermediate()], x.device())?;
         tc_gemm::swiglu_into(x, &s.gate_up, TcRows::Single, &sa)?;
@@ -127,4 +122,46 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor) -> Result<(Routing, Tensor)> {
         super::moe::shared_combine(&out, &sy, gates.as_ref())?;
     }
     Ok((routing, out))
+}
+
+/// The routed experts on tensor cores: `Σ_j w[t,j] · down(swiglu(gate_up(x_t)))`
+/// over the experts `routing` chose, into `out` if given; call where
+/// [`supports_experts`] holds.
+pub fn experts_into(
+    gate_up: &GateUp,
+    down: &QuantWeights,
+    x: &Tensor,
+    routing: &Routing,
+    out: Option<&Tensor>,
+) -> Result<Tensor> {
+    const OP: &str = "moe_tc";
+    if let Err(why) = supports_experts(gate_up, down, x) {
+        return Err(invalid(
+            OP,
+            "experts",
+            "experts and input the tensor-core path takes",
+            why,
+        ));
+    }
+    let (t, h) = (x.shape()[0], x.shape()[1]);
+    let (e, i) = (gate_up.n_experts(), gate_up.intermediate());
+    let k = routing.ids.shape().get(1).copied().unwrap_or(0);
+    let sort = expert_sort_on(Backend::Cuda, &routing.ids, e)?;
+    let act = Tensor::uninit_on(x.dtype(), &[t * k, i], x.device())?;
+    let gathered = TcRows::Gathered {
+        offsets: &sort.offsets,
+        sorted: &sort.sorted,
+        top_k: k,
+    };
+    tc_gemm::swiglu_into(x, gate_up, gathered, &act)?;
+    let ys = Tensor::uninit_on(x.dtype(), &[t * k, h], x.device())?;
+    tc_gemm::matmul_into(&act, down, TcRows::Sorted(&sort.offsets), &ys)?;
+    match out {
+        Some(o) => {
+            super::check_same_device(OP, o, x.cuda_bytes()?.device())?;
+            super::permute::unpermute_into(&ys, &sort, &routing.weights, o)?;
+            Ok(o.clone())
+        }
+        None => unpermute_on(Backend::Cuda, &ys, &sort, &routing.weights),
+    }
 }
