@@ -37,6 +37,14 @@ fi
 exit $status
 RUN
 chmod +x "$out/run.sh"
+# The Python binding's wheel (abi3), installed there with
+# `pip install --no-deps gpu-bundle/wheels/moekit-*.whl` (bench/peers/binding.py,
+# crates/moekit-py/tests/test_cuda.py). Skipped without maturin.
+if command -v maturin >/dev/null; then
+  maturin build --release --strip -m crates/moekit-py/Cargo.toml -o "$out/wheels"
+else
+  echo "gpu-bundle: maturin not found (pip install maturin): no Python wheel" >&2
+fi
 # WARM=1: compile the bf16 kernel instances (sm_90, this NVRTC) into a cache
 # that run.sh unpacks; a device whose NVRTC differs just recompiles.
 if [ "${WARM:-0}" = 1 ]; then

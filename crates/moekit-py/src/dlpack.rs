@@ -26,15 +26,22 @@ unsafe impl Send for Owner {}
 // SAFETY: as above; the owner is never accessed, only dropped.
 unsafe impl Sync for Owner {}
 
-/// The CUDA stream moekit will use an imported tensor on: the producer
-/// orders its pending writes before it (`__dlpack__(stream=...)`).
-struct Consumer(usize);
+/// How the producer readies an imported CUDA tensor (`__dlpack__(stream=...)`).
+enum Consumer {
+    /// Order its pending writes before this stream (moekit's own).
+    Sync(usize),
+    /// Nothing to do: moekit runs on the producer's current stream (-1).
+    NoSync,
+}
 
-// SAFETY: the handle is the stream moekit runs the op on, live for the call
-// (the caller's current stream or moekit's own), of the tensor's device.
+// SAFETY: `Sync`'s handle is moekit's own stream of the tensor's device,
+// live for the whole process; `NoSync` names no stream.
 unsafe impl DlpackStream for Consumer {
     fn as_python_arg(&self, _py: Python<'_>, _device: DLDevice) -> PyResult<stream::StreamArg> {
-        Ok(stream::cuda(self.0 as *mut std::ffi::c_void))
+        Ok(match self {
+            Consumer::Sync(s) => stream::cuda(*s as *mut std::ffi::c_void),
+            Consumer::NoSync => stream::no_sync(),
+        })
     }
 }
 
@@ -107,8 +114,10 @@ fn device_of(what: &str, d: DLDevice) -> PyResult<Device> {
 }
 
 /// Views `obj` (anything with `__dlpack__`) as a moekit tensor of `kind`,
-/// without a copy. `stream`: the CUDA stream moekit will use it on (the
-/// producer orders its pending work before it), for CUDA tensors.
+/// without a copy. `cuda_stream`: for a CUDA tensor, the stream the producer
+/// must make it ready on (moekit's own stream); None: no synchronization,
+/// because moekit runs on the producer's current stream (see
+/// [`crate::streams`]).
 pub fn import(
     obj: &Bound<'_, PyAny>,
     what: &str,
@@ -124,8 +133,9 @@ pub fn import(
     let dev = dlpark::python::dlpack_device(obj.as_borrowed())?;
     let is_cuda = dev.device_type == DLDeviceType::CUDA;
     let arg = match (is_cuda, cuda_stream) {
-        (true, Some(s)) => Some(Consumer(s)),
-        _ => None,
+        (true, Some(s)) => Some(Consumer::Sync(s)),
+        (true, None) => Some(Consumer::NoSync),
+        (false, _) => None,
     };
     let imported = from_dlpack(
         obj.as_borrowed(),
@@ -200,7 +210,7 @@ pub fn import(
 /// [`import`] of any supported element type, on the producer's own stream.
 pub fn import_raw(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Tensor> {
     let d = device_hint(obj)?;
-    import(obj, what, Kind::Raw, crate::own_stream(d)?)
+    import(obj, what, Kind::Raw, crate::streams(d, None)?.1)
 }
 
 /// The device `obj` says its data is on (`__dlpack_device__`), before import.

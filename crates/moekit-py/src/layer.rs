@@ -1,7 +1,8 @@
 //! Checkpoints and their MoE layers as Python objects.
 
 use crate::dlpack::{import, Array, Kind};
-use crate::{err, on_stream, own_stream, parse_device, parse_dtype, MoekitError};
+use crate::ops::Experts;
+use crate::{err, on_stream, parse_device, parse_dtype, streams, MoekitError};
 use moekit::format::QuantWeights;
 use moekit::moe::{MoeBlockParts, SharedExpert};
 use moekit::ops::act::GateUp;
@@ -182,6 +183,69 @@ impl Layer {
 
 #[pymethods]
 impl Layer {
+    /// A layer from your own weights (`Experts`, all on one device):
+    /// `router [1, E, H]`, `gate` and `up` `[E, I, H]` (or `gate_up`
+    /// `[E, 2I, H]` with `up=None`), `down [E, H, I]`; routing `rule` with
+    /// `top_k` and the rule's parameters as in `moekit.route`. No shared expert.
+    #[staticmethod]
+    #[pyo3(signature = (router, gate, up, down, top_k, rule="softmax_topk", norm_topk_prob=true, bias=None, n_group=1, topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn from_parts(
+        router: &Experts,
+        gate: &Experts,
+        up: Option<&Experts>,
+        down: &Experts,
+        top_k: usize,
+        rule: &str,
+        norm_topk_prob: bool,
+        bias: Option<Vec<f32>>,
+        n_group: usize,
+        topk_group: usize,
+        routed_scaling_factor: f32,
+        per_expert_scale: Option<Vec<f32>>,
+    ) -> PyResult<Layer> {
+        let kind = crate::ops::parse_rule(
+            rule,
+            norm_topk_prob,
+            bias,
+            n_group,
+            topk_group,
+            routed_scaling_factor,
+            per_expert_scale,
+        )?;
+        let gate_up = match up {
+            Some(u) => GateUp::separate(gate.w.clone(), u.w.clone()),
+            None => GateUp::fused(gate.w.clone()),
+        }
+        .map_err(err)?;
+        let n_experts = gate_up.n_experts();
+        let block = MoeBlock::new(MoeBlockParts {
+            router: moekit::ops::route::RouterConfig {
+                kind,
+                n_experts,
+                top_k,
+            },
+            router_weight: router.w.clone(),
+            gate_up,
+            down: down.w.clone(),
+            shared: None,
+        })
+        .map_err(err)?;
+        let device = block.device();
+        for (what, d) in [("router", router.w.device()), ("gate", gate.w.device())] {
+            if d != device {
+                return Err(MoekitError::new_err(format!(
+                    "Layer.from_parts: {what} is on {d}, down on {device} (put every part on one device)"
+                )));
+            }
+        }
+        Ok(Layer {
+            block,
+            device,
+            layer: 0,
+        })
+    }
+
     /// Runs the layer on `x [T, hidden]` (f32/f16/bf16, on the layer's
     /// device). With `out` (`[T, hidden]`, x's dtype and device) writes it
     /// in place and returns None — on CUDA without a copy on the fused
@@ -199,13 +263,12 @@ impl Layer {
         path: &str,
     ) -> PyResult<Option<Array>> {
         let path = parse_path(path)?;
-        let s = match stream {
-            Some(s) => Some(s),
-            None => own_stream(self.device)?,
-        };
-        let x = import(x, "x", Kind::Float, s)?;
+        let (s, ready) = streams(self.device, stream)?;
+        let x = import(x, "x", Kind::Float, ready)?;
         self.check_device("x", &x)?;
-        let mut out = out.map(|o| import(o, "out", Kind::Float, s)).transpose()?;
+        let mut out = out
+            .map(|o| import(o, "out", Kind::Float, ready))
+            .transpose()?;
         if let Some(o) = &out {
             self.check_device("out", o)?;
         }
@@ -237,11 +300,8 @@ impl Layer {
         x: &Bound<'_, PyAny>,
         stream: Option<usize>,
     ) -> PyResult<(Array, Array, Array)> {
-        let s = match stream {
-            Some(s) => Some(s),
-            None => own_stream(self.device)?,
-        };
-        let x = import(x, "x", Kind::Float, s)?;
+        let (s, ready) = streams(self.device, stream)?;
+        let x = import(x, "x", Kind::Float, ready)?;
         self.check_device("x", &x)?;
         let block = &self.block;
         let tr = py

@@ -84,15 +84,23 @@ pub(crate) fn on_stream<R>(
     }
 }
 
-/// The raw handle of moekit's own stream on `device` (for DLPack imports
-/// when the caller names no stream).
-pub(crate) fn own_stream(device: moekit::Device) -> PyResult<Option<usize>> {
-    match device {
-        moekit::Device::Cuda(n) => {
+/// The streams of a call on `device`: `(run, ready)`. With the caller's
+/// `stream` (its framework's current stream), moekit runs there and imports
+/// need no synchronization (`ready` None: the producer's pending work is
+/// already ordered before moekit's on that stream). Without, moekit runs on
+/// its own stream and producers make their tensors ready for it. CPU: none.
+pub(crate) fn streams(
+    device: moekit::Device,
+    stream: Option<usize>,
+) -> PyResult<(Option<usize>, Option<usize>)> {
+    match (device, stream) {
+        (moekit::Device::Cpu, _) => Ok((None, None)),
+        (_, Some(s)) => Ok((Some(s), None)),
+        (moekit::Device::Cuda(n), None) => {
             let dev = moekit::cuda::device(n).map_err(err)?;
-            Ok(Some(dev.stream().cu_stream() as usize))
+            let own = Some(dev.stream().cu_stream() as usize);
+            Ok((own, own))
         }
-        moekit::Device::Cpu => Ok(None),
     }
 }
 

@@ -3,7 +3,7 @@
 //! quantizers that make such weights from float tensors.
 
 use crate::dlpack::{import, Array, Kind};
-use crate::{err, on_stream, own_stream, parse_device, parse_dtype, MoekitError};
+use crate::{err, on_stream, parse_device, parse_dtype, streams, MoekitError};
 use half::{bf16, f16};
 use moekit::format::{affine, ggml, storage_shapes, QuantWeights};
 use moekit::ops::act::GateUp;
@@ -53,6 +53,26 @@ impl Experts {
             biases.map(|b| owned(b, "biases")).transpose()?,
         )
         .map_err(err)?;
+        Ok(Experts { w })
+    }
+
+    /// Random `shape = (E, N, K)` weights in `format` (seeded; what `moekit
+    /// bench` runs on), on the CPU: for benchmarks and tests.
+    #[staticmethod]
+    #[pyo3(signature = (format, shape, seed=0, scale_dtype="float16"))]
+    fn random(
+        py: Python<'_>,
+        format: &str,
+        shape: (usize, usize, usize),
+        seed: u64,
+        scale_dtype: &str,
+    ) -> PyResult<Experts> {
+        let f = WeightFormat::parse(format).map_err(err)?;
+        let sd = parse_dtype("Experts.random: scale_dtype", scale_dtype)?;
+        let (e, n, k) = shape;
+        let w = py
+            .detach(|| moekit::format::random::random_weights(f, e, n, k, sd, seed, &|| {}))
+            .map_err(err)?;
         Ok(Experts { w })
     }
 
@@ -176,19 +196,17 @@ pub fn fused_experts(
     out: Option<&Bound<'_, PyAny>>,
     stream: Option<usize>,
 ) -> PyResult<Option<Array>> {
-    let xd = crate::dlpack::device_hint(x)?;
-    let s = match stream {
-        Some(s) => Some(s),
-        None => own_stream(xd)?,
-    };
-    let x = import(x, "x", Kind::Float, s)?;
-    let gate_up = GateUp::fused(weights_of(w13, "w13", s)?).map_err(err)?;
-    let down = weights_of(w2, "w2", s)?;
+    let (s, ready) = streams(crate::dlpack::device_hint(x)?, stream)?;
+    let x = import(x, "x", Kind::Float, ready)?;
+    let gate_up = GateUp::fused(weights_of(w13, "w13", ready)?).map_err(err)?;
+    let down = weights_of(w2, "w2", ready)?;
     let routing = Routing {
-        ids: import(topk_ids, "topk_ids", Kind::Ids, s)?,
-        weights: import(topk_weights, "topk_weights", Kind::F32, s)?,
+        ids: import(topk_ids, "topk_ids", Kind::Ids, ready)?,
+        weights: import(topk_weights, "topk_weights", Kind::F32, ready)?,
     };
-    let mut out = out.map(|o| import(o, "out", Kind::Float, s)).transpose()?;
+    let mut out = out
+        .map(|o| import(o, "out", Kind::Float, ready))
+        .transpose()?;
     let device = x.device();
     let had_out = out.is_some();
     let y = py
@@ -201,7 +219,7 @@ pub fn fused_experts(
     Ok((!had_out).then_some(Array::new(y, s)))
 }
 
-fn parse_rule(
+pub(crate) fn parse_rule(
     rule: &str,
     norm_topk_prob: bool,
     bias: Option<Vec<f32>>,
@@ -273,12 +291,8 @@ pub fn route(
         routed_scaling_factor,
         per_expert_scale,
     )?;
-    let ld = crate::dlpack::device_hint(logits)?;
-    let s = match stream {
-        Some(s) => Some(s),
-        None => own_stream(ld)?,
-    };
-    let logits = import(logits, "logits", Kind::Float, s)?;
+    let (s, ready) = streams(crate::dlpack::device_hint(logits)?, stream)?;
+    let logits = import(logits, "logits", Kind::Float, ready)?;
     let n_experts = logits.shape().get(1).copied().unwrap_or(0);
     let cfg = RouterConfig {
         kind,

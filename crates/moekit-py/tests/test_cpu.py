@@ -225,3 +225,42 @@ def test_arrays_export_through_dlpack():
 def test_cuda_available_says_why_not():
     n, why = moekit.cuda_available()
     assert (n > 0) == (why is None)
+
+
+def test_layer_from_parts_matches_the_mlx_lm_block():
+    f, cfg = load_moe("qwen3_moe_q4_g64")
+    e, i, _ = f["switch_mlp.gate_proj.weight"].shape
+    h = f["x"].shape[1]
+
+    def ex(prefix, fmt, shape):
+        return moekit.Experts.from_parts(fmt, shape, f[f"{prefix}.weight"], f[f"{prefix}.scales"],
+                                         f[f"{prefix}.biases"])
+
+    lay = moekit.Layer.from_parts(
+        ex("gate", "affine8-g64", (1, e, h)),
+        ex("switch_mlp.gate_proj", "affine4-g64", (e, i, h)),
+        ex("switch_mlp.up_proj", "affine4-g64", (e, i, h)),
+        ex("switch_mlp.down_proj", "affine4-g64", (e, h, i)),
+        cfg["top_k"], rule="softmax_topk", norm_topk_prob=cfg["norm_topk_prob"],
+    )
+    y, w, ids = lay.forward_with_routing(f["x"])
+    assert nmse(y, f["out"]) <= 1e-4
+    assert np.array_equal(np.sort(ids, axis=1), np.sort(f["ids"], axis=1))
+
+
+def test_random_experts_layer_agrees_with_fused_experts_on_its_routing():
+    e, h, i, k = 8, 128, 64, 2
+    router = moekit.Experts.random("f32", (1, e, h), seed=1)
+    gate = moekit.Experts.random("q4_0", (e, i, h), seed=2)
+    up = moekit.Experts.random("q4_0", (e, i, h), seed=3)
+    down = moekit.Experts.random("q8_0", (e, h, i), seed=4)
+    lay = moekit.Layer.from_parts(router, gate, up, down, k, rule="topk_softmax")
+    x = np.random.default_rng(5).standard_normal((6, h)).astype(np.float32)
+    y, w, ids = lay.forward_with_routing(x)
+    # gate and up fused into one [E, 2I, H] holder give the same experts.
+    w13 = moekit.Experts.from_parts("q4_0", (e, 2 * i, h), np.concatenate(
+        [np.from_dlpack(gate.parts()[0]), np.from_dlpack(up.parts()[0])], axis=1))
+    y2 = moekit.fused_experts(x, w13, down, w, ids)
+    assert np.array_equal(y, y2)
+    with pytest.raises(moekit.MoekitError, match="down"):
+        moekit.Layer.from_parts(router, gate, up, moekit.Experts.random("q8_0", (e, h, 2 * i)), k)

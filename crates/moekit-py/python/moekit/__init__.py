@@ -133,6 +133,17 @@ class Layer:
         self._native.forward(x, out, s, path)
         return out
 
+    @staticmethod
+    def from_parts(router, gate, up, down, top_k, rule="softmax_topk", norm_topk_prob=True, bias=None,
+                   n_group=1, topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None):
+        """A layer from moekit.Experts: router [1, E, H], gate and up [E, I, H]
+        (or a fused gate_up [E, 2I, H] as `gate` with up=None), down [E, H, I]."""
+        return Layer(_moekit.Layer.from_parts(
+            router, gate, up, down, top_k, rule, norm_topk_prob,
+            None if bias is None else [float(b) for b in bias], n_group, topk_group,
+            float(routed_scaling_factor),
+            None if per_expert_scale is None else [float(s) for s in per_expert_scale]))
+
     def forward_with_routing(self, x):
         """(y, topk_weights float32 [T, k], topk_ids int32 [T, k])."""
         y, w, i = self._native.forward_with_routing(x, _stream(x))

@@ -10,6 +10,7 @@
 mod common;
 mod decode;
 mod gather_mm;
+mod interop;
 mod moe;
 mod norm_act;
 mod permute;
