@@ -6,7 +6,7 @@
 // packing), plus K/GS scale bytes (e8m0, or e4m3 for nvfp4), no biases.
 //
 // Values as MLX's CPU mx.dequantize: e2m1 codes ±{0, ½, 1, 1½, 2, 3, 4, 6};
-// e4m3 bytes through MLX's FromFP8 (every byte finite, 0x7F = 480); e8m0
+// e4m3 bytes as mx.from_fp8 (e4m3fn: 0x7F, 0xFF NaN); e8m0
 // scales 2^(e − 127) in f32 (e = 0: 2^−127, e = 255: +∞). A weight is one
 // f32 product of its code and its group's scale. The e2m1 codes go through
 // the GGUF MXFP4 table (dequant_iq.cuh: values doubled, exact small
@@ -21,9 +21,11 @@ __device__ __forceinline__ float mlx_e8m0(u32 e) { return __uint_as_float(e == 0
 // Half of it: 2^(e − 128), +∞ for e = 255 (e < 2: subnormals, exact).
 __device__ __forceinline__ float mlx_e8m0_half(u32 e) { return e == 255 ? __uint_as_float(0x7F800000u) : e8m0_to_f32_half(e); }
 
-// MLX's e4m3 (detail::FromFP8): the 7 magnitude bits under an f32 exponent
-// times 2^120 (exact, subnormals included), then the sign.
+// MLX's e4m3 (mx.from_fp8, OCP e4m3fn): the 7 magnitude bits under an f32
+// exponent times 2^120 (exact, subnormals included), then the sign; 0x7F and
+// 0xFF are NaN.
 __device__ __forceinline__ float mlx_e4m3(u32 b) {
+  if ((b & 0x7Fu) == 0x7Fu) return __uint_as_float(0x7FC00000u);
   const float mag = __fmul_rn(__uint_as_float((b & 0x7Fu) << 20), __uint_as_float(0x7B800000u));
   return __uint_as_float(__float_as_uint(mag) | ((b & 0x80u) << 24));
 }

@@ -20,9 +20,8 @@
 //! **Values**, as MLX's CPU `mx.dequantize` (`fp_dequantize`) computes them:
 //! * e2m1 code `c`: `FP4_LUT[c]` = ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}
 //!   (bit 3 is the sign);
-//! * e4m3 byte `b` (`detail::FromFP8`): the bits `(b & 127) << 7` read as an
-//!   f16, times 256, negated if `b & 128` — every byte is finite (MLX maps
-//!   0x7F to 480, where OCP e4m3fn says NaN);
+//! * e4m3 byte `b` (`mx.from_fp8`, OCP e4m3fn): the bits `(b & 127) << 7`
+//!   read as an f16, times 256, negated if `b & 128`; 0x7F and 0xFF are NaN;
 //! * e8m0 scale `e`: `2^(e − 127)` computed in f32, so `e = 0` is the
 //!   subnormal 2^−127 and `e = 255` is +∞ (OCP says NaN);
 //! * e4m3 scale (nvfp4): the e4m3 value of the byte (times `global_scale /
@@ -124,12 +123,20 @@ pub const FP4_LUT: [f32; 16] = [
 /// 2^−127, e = 255 gives +∞ (MLX's `power(2, e − 127)` in f32).
 #[inline(always)]
 pub fn e8m0_to_f32(e: u8) -> f32 {
-    f32::from_bits(if e == 0 { 0x0040_0000 } else { u32::from(e) << 23 })
+    f32::from_bits(if e == 0 {
+        0x0040_0000
+    } else {
+        u32::from(e) << 23
+    })
 }
 
-/// MLX's e4m3 (`detail::FromFP8`): exact for every byte, finite (0x7F is 480).
+/// MLX's e4m3 (`mx.from_fp8`, OCP e4m3fn): exact for every byte; 0x7F and
+/// 0xFF are NaN.
 #[inline(always)]
 pub fn e4m3_to_f32(b: u8) -> f32 {
+    if b & 0x7F == 0x7F {
+        return f32::NAN;
+    }
     // (b & 127) << 20 under an f32 exponent, times 2^120: the f16 trick of
     // MLX with f32's exponent bias (subnormals included, exact).
     let mag = f32::from_bits(u32::from(b & 0x7F) << 20) * f32::from_bits(0x7B80_0000);
@@ -151,7 +158,12 @@ fn code_value(mode: MlxFpMode, words: &[u32], k: usize) -> f32 {
 
 /// Dequantizes one row: `words` (`K·bits/32`) and `scales` (`K/group_size`)
 /// into `out` (`K`), bit-identical to `mx.dequantize(..., dtype=float32)`.
-pub fn dequantize_row(mode: MlxFpMode, words: &[u32], scales: &[u8], out: &mut [f32]) -> Result<()> {
+pub fn dequantize_row(
+    mode: MlxFpMode,
+    words: &[u32],
+    scales: &[u8],
+    out: &mut [f32],
+) -> Result<()> {
     const OP: &str = "mlxfp::dequantize_row";
     let (k, g) = (out.len(), mode.group_size());
     if !k.is_multiple_of(g) {
@@ -159,10 +171,20 @@ pub fn dequantize_row(mode: MlxFpMode, words: &[u32], scales: &[u8], out: &mut [
     }
     let nw = k * mode.bits() as usize / 32;
     if words.len() != nw {
-        return Err(invalid(OP, "words", format!("{nw} words for K = {k}"), words.len()));
+        return Err(invalid(
+            OP,
+            "words",
+            format!("{nw} words for K = {k}"),
+            words.len(),
+        ));
     }
     if scales.len() != k / g {
-        return Err(invalid(OP, "scales", format!("{} bytes for K = {k}", k / g), scales.len()));
+        return Err(invalid(
+            OP,
+            "scales",
+            format!("{} bytes for K = {k}", k / g),
+            scales.len(),
+        ));
     }
     for (gi, (o, &s)) in out.chunks_exact_mut(g).zip(scales).enumerate() {
         let a = mode.scale(s);
@@ -178,6 +200,12 @@ pub fn dequantize_row(mode: MlxFpMode, words: &[u32], scales: &[u8], out: &mut [
 /// the mode are filled in place.
 pub fn fill_random(mode: MlxFpMode, words: &mut [u8], scales: &mut [u8], rng: &mut impl rand::Rng) {
     rng.fill_bytes(words);
+    if mode == MlxFpMode::Mxfp8 {
+        // No NaN codes (e4m3fn 0x7F, 0xFF): 0x7E, 0xFE (±448) instead.
+        for b in words.iter_mut().filter(|b| **b & 0x7F == 0x7F) {
+            *b ^= 1;
+        }
+    }
     for s in scales.iter_mut() {
         let r: u8 = rng.random::<u8>();
         *s = match mode {
@@ -185,7 +213,7 @@ pub fn fill_random(mode: MlxFpMode, words: &mut [u8], scales: &mut [u8], rng: &m
             MlxFpMode::Mxfp4 => 119 + r % 3,
             // e4m3 of exponent field 1..2: 2^-6 .. 2^-5·1.875.
             MlxFpMode::Nvfp4 => 0x08 + r % 16,
-            // 2^-14 .. 2^-12 times e4m3 values up to 480.
+            // 2^-14 .. 2^-12 times e4m3 values up to 448.
             MlxFpMode::Mxfp8 => 113 + r % 3,
         };
     }
@@ -198,19 +226,24 @@ mod tests {
 
     #[test]
     fn e4m3_matches_the_f16_definition() {
-        for b in 0..=255u8 {
+        for b in (0..=255u8).filter(|b| b & 0x7F != 0x7F) {
             let v = half::f16::from_bits(u16::from(b & 127) << 7).to_f32() * 256.0;
             let want = if b & 128 != 0 { -v } else { v };
             assert_eq!(e4m3_to_f32(b).to_bits(), want.to_bits(), "{b:#x}");
         }
-        assert_eq!(e4m3_to_f32(0x7F), 480.0);
+        assert_eq!(e4m3_to_f32(0x7E), 448.0);
+        assert!(e4m3_to_f32(0x7F).is_nan() && e4m3_to_f32(0xFF).is_nan());
         assert_eq!(e4m3_to_f32(0x01), 2f32.powi(-9));
     }
 
     #[test]
     fn e8m0_is_two_to_the_e_minus_127() {
         for e in 0..=254u8 {
-            assert_eq!(f64::from(e8m0_to_f32(e)), 2f64.powi(i32::from(e) - 127), "{e}");
+            assert_eq!(
+                f64::from(e8m0_to_f32(e)),
+                2f64.powi(i32::from(e) - 127),
+                "{e}"
+            );
         }
         assert_eq!(e8m0_to_f32(255), f32::INFINITY);
     }

@@ -128,7 +128,10 @@ impl WeightFormat {
 
     /// Whether the format stores a `biases` tensor (MLX affine).
     pub fn has_biases(&self) -> bool {
-        matches!(self, WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. })
+        matches!(
+            self,
+            WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. }
+        )
     }
 
     /// Every format the foundation supports, with scales in f16 for affine.
@@ -298,7 +301,9 @@ impl QuantWeights {
                     )?;
                     let (ok, want) = match format {
                         WeightFormat::AffineU8 { .. } => (t.dtype() == DType::F32, "f32"),
-                        WeightFormat::MlxFp(_) => (t.dtype() == DType::U8, "u8 (e8m0 or e4m3 bytes)"),
+                        WeightFormat::MlxFp(_) => {
+                            (t.dtype() == DType::U8, "u8 (e8m0 or e4m3 bytes)")
+                        }
                         _ => (t.dtype().is_float(), "f32, f16 or bf16"),
                     };
                     ensure(ok, OP, arg, want, t.dtype())?;

@@ -248,7 +248,9 @@ fn per_expert(
         .ok_or_else(|| invalid(OP, "n_experts", "> 0", 0))?;
     let data = stack(ck, &parts, 0)?;
     let slot = |i: usize| -> Result<Option<Tensor>> {
-        (first.names.len() > i).then(|| stack(ck, &parts, i)).transpose()
+        (first.names.len() > i)
+            .then(|| stack(ck, &parts, i))
+            .transpose()
     };
     let aux = (slot(1)?, slot(2)?);
     QuantWeights::new(first.format, e, rows, cols, data, aux.0, aux.1)

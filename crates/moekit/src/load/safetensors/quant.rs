@@ -257,7 +257,8 @@ mod tests {
             ("nvfp4", 4, 16, MlxFpMode::Nvfp4),
             ("mxfp8", 8, 32, MlxFpMode::Mxfp8),
         ] {
-            let text = format!(r#"{{"quantization":{{"group_size":{g},"bits":{bits},"mode":"{mode}"}}}}"#);
+            let text =
+                format!(r#"{{"quantization":{{"group_size":{g},"bits":{bits},"mode":"{mode}"}}}}"#);
             let q = cfg(&text).unwrap();
             let w_last = 64 * bits as usize / 32;
             assert_eq!(
