@@ -147,14 +147,9 @@ pub fn e4m3_to_f32(b: u8) -> f32 {
     }
 }
 
-/// The value of code `k` of a row's words (before scaling).
-#[inline(always)]
-fn code_value(mode: MlxFpMode, words: &[u32], k: usize) -> f32 {
-    match mode.bits() {
-        4 => FP4_LUT[((words[k / 8] >> (4 * (k % 8))) & 15) as usize],
-        _ => e4m3_to_f32((words[k / 4] >> (8 * (k % 4))) as u8),
-    }
-}
+/// [`e4m3_to_f32`] of every byte (the row decoder's table).
+static E4M3: std::sync::LazyLock<[f32; 256]> =
+    std::sync::LazyLock::new(|| std::array::from_fn(|b| e4m3_to_f32(b as u8)));
 
 /// Dequantizes one row: `words` (`K·bits/32`) and `scales` (`K/group_size`)
 /// into `out` (`K`), bit-identical to `mx.dequantize(..., dtype=float32)`.
@@ -186,10 +181,27 @@ pub fn dequantize_row(
             scales.len(),
         ));
     }
-    for (gi, (o, &s)) in out.chunks_exact_mut(g).zip(scales).enumerate() {
-        let a = mode.scale(s);
-        for (j, v) in o.iter_mut().enumerate() {
-            *v = code_value(mode, words, gi * g + j) * a;
+    // A group's codes are whole words: 8 e2m1 or 4 e4m3 codes a word, LSB first.
+    let per_group = g * mode.bits() as usize / 32;
+    let groups = out.chunks_exact_mut(g).zip(words.chunks_exact(per_group));
+    if mode.bits() == 4 {
+        for ((o, ws), &s) in groups.zip(scales) {
+            let a = mode.scale(s);
+            for (o8, &w) in o.chunks_exact_mut(8).zip(ws) {
+                for (t, v) in o8.iter_mut().enumerate() {
+                    *v = FP4_LUT[((w >> (4 * t)) & 15) as usize] * a;
+                }
+            }
+        }
+    } else {
+        let table = &*E4M3;
+        for ((o, ws), &s) in groups.zip(scales) {
+            let a = mode.scale(s);
+            for (o4, &w) in o.chunks_exact_mut(4).zip(ws) {
+                for (t, v) in o4.iter_mut().enumerate() {
+                    *v = table[((w >> (8 * t)) & 255) as usize] * a;
+                }
+            }
         }
     }
     Ok(())
