@@ -1,5 +1,5 @@
 // Runs each GGUF format's CUDA decoder (F::dequant of dequant.cuh /
-// dequant_iq.cuh, compiled for the host against common_shim.cuh) over the
+// dequant_iq.cuh; MLX's fp modes of dequant_mlx.cuh: check_mlx), compiled for the host against common_shim.cuh) over the
 // committed fixtures/ggml/NAME_blocks.npy and compares every weight with
 // gguf-py's NAME_deq.npy (== on floats: the decoders add a +0 offset, so a
 // -0 of gguf-py may come back +0). Row data is 16-byte aligned, as the
@@ -46,8 +46,42 @@ static int check(const char* dir, const char* name, int block_w) {
   return bad != 0;
 }
 
+// MLX's microscaled modes: F::dequant over fixtures/mlxfp/MODE_all_{w,scales}
+// (every code, every scale byte) against mx.dequantize's MODE_all_deq (==,
+// or NaN on both sides: scale bytes 255 (e8m0 +inf) and e4m3 0x7F give NaN).
+template <typename F>
+static int check_mlx(const char* dir, const char* mode, int group) {
+  const std::string p = std::string(dir) + "/" + mode + "_all_";
+  const auto w = npy_data(p + "w.npy"), s = npy_data(p + "scales.npy"), deq = npy_data(p + "deq.npy");
+  const size_t n = deq.size() / 4, rows = n / 64;
+  if (n == 0 || w.size() != n / F::UNIT_W * F::UNIT_BYTES || s.size() != n / group) {
+    std::printf("%-8s bad fixture sizes\n", mode);
+    return 1;
+  }
+  std::vector<uint4> aligned((w.size() + 15) / 16);
+  std::memcpy(aligned.data(), w.data(), w.size());
+  int bad = 0;
+  for (size_t row = 0; row < rows; ++row) {
+    const moekit::u8* data = reinterpret_cast<const moekit::u8*>(aligned.data()) + row * (64 / F::UNIT_W * F::UNIT_BYTES);
+    moekit::QRow r{data, s.data() + row * (64 / group), nullptr, 64, (moekit::u32)__builtin_ctz(group)};
+    for (moekit::u32 c = 0; c < 64 / F::CHUNK; ++c) {
+      float out[F::CHUNK];
+      F::template dequant<F::CHUNK>(r, c, out);
+      for (int i = 0; i < F::CHUNK; ++i) {
+        float want;
+        std::memcpy(&want, deq.data() + 4 * (row * 64 + c * F::CHUNK + i), 4);
+        if (!(out[i] == want || (out[i] != out[i] && want != want)) && bad++ < 3)
+          std::printf("%-8s row %zu weight %u: got %.9g want %.9g\n", mode, row, c * F::CHUNK + i, out[i], want);
+      }
+    }
+  }
+  std::printf("mlx %-6s %zu rows: %s\n", mode, rows, bad ? "MISMATCH" : "ok");
+  return bad != 0;
+}
+
 int main(int argc, char** argv) {
   const char* dir = argc > 1 ? argv[1] : "fixtures/ggml";
+  const char* mlx_dir = argc > 2 ? argv[2] : "fixtures/mlxfp";
   using namespace moekit;
   int fails = 0;
   fails += check<FmtQ4_0>(dir, "q4_0", 32);
@@ -65,5 +99,8 @@ int main(int argc, char** argv) {
   fails += check<FmtIQ1_M>(dir, "iq1_m", 256);
   fails += check<FmtTQ1_0>(dir, "tq1_0", 256);
   fails += check<FmtTQ2_0>(dir, "tq2_0", 256);
+  fails += check_mlx<FmtMlxFp<4, 32>>(mlx_dir, "mxfp4", 32);
+  fails += check_mlx<FmtMlxFp<4, 16>>(mlx_dir, "nvfp4", 16);
+  fails += check_mlx<FmtMlxFp<8, 32>>(mlx_dir, "mxfp8", 32);
   return fails ? 1 : 0;
 }

@@ -28,7 +28,8 @@
 // load: 16-byte `uint4` where the layout allows, else 8, 4, 2 or 1 bytes.
 //
 // The table-based GGUF formats (IQ4_NL, IQ4_XS, MXFP4) are in
-// dequant_iq.cuh, included at the end of this file.
+// dequant_iq.cuh, MLX's mxfp4 / nvfp4 / mxfp8 in dequant_mlx.cuh, both
+// included at the end of this file.
 // Loads are plain (not __ldg): decoders also read rows staged in shared memory.
 #pragma once
 #include "moekit/common.cuh"
@@ -593,3 +594,4 @@ struct FmtQ6_K : Codes<FmtQ6_K> {
 }  // namespace moekit
 
 #include "moekit/dequant_iq.cuh"
+#include "moekit/dequant_mlx.cuh"

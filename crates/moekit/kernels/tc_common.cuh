@@ -42,7 +42,7 @@ struct TcRaw {
   static constexpr int KR = F::UNIT_W > TC_BK ? F::UNIT_W : TC_BK;  // raw columns a stage
   static constexpr int RSTEPS = KR / TC_BK;                         // steps a raw stage feeds
   static constexpr bool AUX = !is_void<typename F::Scale>::value;
-  static constexpr int AUX_ELEMS = KR / 32;                         // most groups a stage covers
+  static constexpr int AUX_ELEMS = KR / F::SUB;                     // most groups a stage covers (SUB: the smallest group)
   static constexpr int DATA_BYTES = KR / F::UNIT_W * F::UNIT_BYTES; // a row's packed bytes a stage
   // Storage units of whole 16-byte words: every row's stage starts 16-aligned
   // (tensors are) and is whole words, so staging needs no head or tail.

@@ -60,11 +60,15 @@ pub fn decode_max_tokens(expert_format: WeightFormat, activations: DType) -> usi
     if matches!(activations, DType::Bf16 | DType::F16) {
         return match expert_format {
             WeightFormat::Dense(_) => 8,
-            WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } | WeightFormat::Ggml(_) => 32,
+            WeightFormat::Affine(_)
+            | WeightFormat::AffineU8 { .. }
+            | WeightFormat::Ggml(_)
+            | WeightFormat::MlxFp(_) => 32,
         };
     }
     match expert_format {
-        WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } => 8,
+        // MLX fp: not measured; taken as affine (32-weight packs, u8 scales).
+        WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } | WeightFormat::MlxFp(_) => 8,
         WeightFormat::Dense(_) => 1,
         WeightFormat::Ggml(_) => 4,
     }

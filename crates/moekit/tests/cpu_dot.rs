@@ -37,13 +37,14 @@ fn cases() -> Vec<(WeightFormat, DType)> {
     v
 }
 
-/// Formats with a fused kernel: all but mlx-native u8 codes and the GGUF
-/// grid and ternary types (IQ1–IQ3, TQ*), whose rows are decoded, then
-/// dotted.
+/// Formats with a fused kernel: all but mlx-native u8 codes, MLX's fp
+/// modes and the GGUF grid and ternary types (IQ1–IQ3, TQ*), whose rows are
+/// decoded, then dotted.
 fn has_fused_kernel(f: WeightFormat) -> bool {
     !matches!(
         f,
         WeightFormat::AffineU8 { .. }
+            | WeightFormat::MlxFp(_)
             | WeightFormat::Ggml(
                 GgmlType::IQ2_XXS
                     | GgmlType::IQ2_XS

@@ -30,7 +30,7 @@ const NMSE_BOUND: f64 = 1e-8;
 /// formats with integer kernels): NMSE ≤ 1e-4.
 const NMSE_Q8: f64 = 1e-4;
 
-const CASES: [&str; 10] = [
+const CASES: [&str; 13] = [
     "qwen3_moe_mlx_q4",
     "qwen3_moe_hf_sharded",
     "qwen2_moe_mlx_q4",
@@ -41,6 +41,9 @@ const CASES: [&str; 10] = [
     "deepseek_v2_hf",
     "deepseek_v3_mlx_q4",
     "glm4_moe_mlx_q8_g32",
+    "qwen3_moe_mlx_mxfp4",
+    "mixtral_mlx_nvfp4",
+    "qwen2_moe_mlx_mxfp8",
 ];
 
 fn case_dir(name: &str) -> PathBuf {

@@ -43,6 +43,7 @@ pub static HEADERS: &[Source] = &[
     header!("common.cuh"),
     header!("dequant.cuh"),
     header!("dequant_iq.cuh"),
+    header!("dequant_mlx.cuh"),
     header!("iq_grids.cuh"),
     header!("pipe.cuh"),
     header!("tc_decode.cuh"),

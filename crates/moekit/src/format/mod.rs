@@ -5,6 +5,8 @@
 //!   scale and bias; plus mlx-native's unpacked `u8` code layout.
 //! * [`ggml`]: GGUF block quantization (Q4_0 … Q6_K, IQ4_NL, IQ4_XS, MXFP4,
 //!   the IQ1–IQ3 grid types, TQ1_0, TQ2_0) with `#[repr(C)]` blocks.
+//! * [`mlxfp`]: MLX's microscaled floating-point modes `mxfp4`, `nvfp4` and
+//!   `mxfp8` (packed `u32` codes, `u8` e8m0/e4m3 scales, no biases).
 //! * Dense f32/f16/bf16.
 //!
 //! [`QuantWeights`] holds one weight matrix per expert (`[E, N, K]`, N output
@@ -14,6 +16,7 @@
 
 pub mod affine;
 pub mod ggml;
+pub mod mlxfp;
 pub mod random;
 pub(crate) mod rows;
 
@@ -23,6 +26,7 @@ use crate::tensor::Tensor;
 use std::fmt;
 
 pub use ggml::GgmlType;
+pub use mlxfp::MlxFpMode;
 pub(crate) use rows::{RawRow, RowDecoder, ScaleRow};
 
 /// MLX affine quantization parameters.
@@ -50,12 +54,17 @@ pub enum WeightFormat {
     },
     /// GGUF blocks: `data` is `u8 [E, N, (K/block)·type_size]`.
     Ggml(GgmlType),
+    /// MLX microscaled floats (`mode="mxfp4" | "nvfp4" | "mxfp8"`): `data` is
+    /// `u32 [E, N, K·bits/32]`, `scales` `u8 [E, N, K/group_size]` (e8m0, or
+    /// e4m3 for nvfp4), no `biases`; see [`mlxfp`].
+    MlxFp(MlxFpMode),
 }
 
 impl WeightFormat {
     /// Parses a command-line name: `f32`, `f16`, `bf16`, `q4_0` … `q6_k`,
     /// `iq4_nl`, `iq4_xs`, `mxfp4`, `iq2_xxs` … `iq1_m`, `tq1_0`, `tq2_0`,
-    /// `affine4` (group 64) or `affine4-g32`, `affine-u8-g64`.
+    /// `affine4` (group 64) or `affine4-g32`, `affine-u8-g64`, `mlx-mxfp4`,
+    /// `mlx-nvfp4`, `mlx-mxfp8` (MLX's modes; plain `mxfp4` is GGUF's).
     pub fn parse(s: &str) -> Result<WeightFormat> {
         let l = s.to_ascii_lowercase();
         if let Some(d) = DType::parse(&l).filter(|d| d.is_float()) {
@@ -64,11 +73,14 @@ impl WeightFormat {
         if let Some(t) = GgmlType::parse(&l) {
             return Ok(WeightFormat::Ggml(t));
         }
+        if let Some(m) = l.strip_prefix("mlx-").and_then(MlxFpMode::from_mlx_name) {
+            return Ok(WeightFormat::MlxFp(m));
+        }
         let bad = || {
             invalid(
                 "format",
                 "format",
-                "f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k..q6_k|iq4_nl|iq4_xs|mxfp4|iq2_xxs|iq2_xs|iq2_s|iq3_xxs|iq3_s|iq1_s|iq1_m|tq1_0|tq2_0|affine<bits>[-g<group>]|affine-u8[-g<group>]",
+                "f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k..q6_k|iq4_nl|iq4_xs|mxfp4|iq2_xxs|iq2_xs|iq2_s|iq3_xxs|iq3_s|iq1_s|iq1_m|tq1_0|tq2_0|affine<bits>[-g<group>]|affine-u8[-g<group>]|mlx-mxfp4|mlx-nvfp4|mlx-mxfp8",
                 s,
             )
         };
@@ -97,18 +109,29 @@ impl WeightFormat {
             WeightFormat::Dense(d) => ensure(d.is_float(), op, "format", "f32, f16 or bf16", d),
             WeightFormat::Affine(p) => affine::check_params(op, p.bits, p.group_size),
             WeightFormat::AffineU8 { group_size } => affine::check_params(op, 8, group_size),
-            WeightFormat::Ggml(_) => Ok(()),
+            WeightFormat::Ggml(_) | WeightFormat::MlxFp(_) => Ok(()),
         }
     }
 
-    /// The K granularity: group size or GGUF block size (1 for dense).
+    /// The K granularity: group size or GGUF block size (1 for dense; 32
+    /// for the MLX fp modes, nvfp4's groups of 16 included, as the CUDA
+    /// decoders read 32 codes at a time).
     pub fn k_granularity(&self) -> usize {
         match *self {
             WeightFormat::Dense(_) => 1,
             WeightFormat::Affine(p) => p.group_size,
             WeightFormat::AffineU8 { group_size } => group_size,
             WeightFormat::Ggml(t) => t.block_size(),
+            WeightFormat::MlxFp(_) => 32,
         }
+    }
+
+    /// Whether the format stores a `biases` tensor (MLX affine).
+    pub fn has_biases(&self) -> bool {
+        matches!(
+            self,
+            WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. }
+        )
     }
 
     /// Every format the foundation supports, with scales in f16 for affine.
@@ -127,6 +150,7 @@ impl WeightFormat {
             v.push(WeightFormat::AffineU8 { group_size });
         }
         v.extend(GgmlType::ALL.iter().map(|&t| WeightFormat::Ggml(t)));
+        v.extend(MlxFpMode::ALL.map(WeightFormat::MlxFp));
         v
     }
 }
@@ -138,6 +162,7 @@ impl fmt::Display for WeightFormat {
             WeightFormat::Affine(p) => write!(f, "affine{}-g{}", p.bits, p.group_size),
             WeightFormat::AffineU8 { group_size } => write!(f, "affine-u8-g{group_size}"),
             WeightFormat::Ggml(t) => f.write_str(t.name()),
+            WeightFormat::MlxFp(m) => write!(f, "mlx-{m}"),
         }
     }
 }
@@ -155,7 +180,8 @@ pub struct QuantWeights {
 }
 
 /// Shape of the tensors a [`QuantWeights`] needs: (data dtype, data shape,
-/// scales/biases shape if any).
+/// scales/biases shape if any; [`WeightFormat::has_biases`] says whether
+/// there are biases, [`WeightFormat::MlxFp`] has `u8` scales only).
 pub fn storage_shapes(
     format: WeightFormat,
     n_experts: usize,
@@ -188,6 +214,11 @@ pub fn storage_shapes(
             DType::U8,
             vec![n_experts, rows, cols / t.block_size() * t.type_size()],
             None,
+        ),
+        WeightFormat::MlxFp(m) => (
+            DType::U32,
+            vec![n_experts, rows, cols * m.bits() as usize / 32],
+            Some(vec![n_experts, rows, cols / m.group_size()]),
         ),
     })
 }
@@ -250,7 +281,12 @@ impl QuantWeights {
         )?;
         let data = data.reshape(&shape)?;
         let check_aux = |t: Option<Tensor>, arg: &'static str| -> Result<Option<Tensor>> {
-            match (&sshape, t) {
+            let sshape = if arg == "biases" && !format.has_biases() {
+                &None
+            } else {
+                &sshape
+            };
+            match (sshape, t) {
                 (None, None) => Ok(None),
                 (None, Some(_)) => Err(invalid(OP, arg, format!("none for {format}"), "a tensor")),
                 (Some(s), None) => Err(invalid(OP, arg, format!("{s:?} for {format}"), "none")),
@@ -263,14 +299,14 @@ impl QuantWeights {
                         format!("{s:?}"),
                         format!("{:?}", t.shape()),
                     )?;
-                    let want_f32 = matches!(format, WeightFormat::AffineU8 { .. });
-                    ensure(
-                        t.dtype().is_float() && (!want_f32 || t.dtype() == DType::F32),
-                        OP,
-                        arg,
-                        if want_f32 { "f32" } else { "f32, f16 or bf16" },
-                        t.dtype(),
-                    )?;
+                    let (ok, want) = match format {
+                        WeightFormat::AffineU8 { .. } => (t.dtype() == DType::F32, "f32"),
+                        WeightFormat::MlxFp(_) => {
+                            (t.dtype() == DType::U8, "u8 (e8m0 or e4m3 bytes)")
+                        }
+                        _ => (t.dtype().is_float(), "f32, f16 or bf16"),
+                    };
+                    ensure(ok, OP, arg, want, t.dtype())?;
                     Ok(Some(t.reshape(s)?))
                 }
             }
@@ -349,7 +385,7 @@ impl QuantWeights {
     pub fn data(&self) -> &Tensor {
         &self.data
     }
-    /// Per-group scales (affine formats).
+    /// Per-group scales (affine and MLX fp formats).
     pub fn scales(&self) -> Option<&Tensor> {
         self.scales.as_ref()
     }

@@ -7,7 +7,7 @@
 use super::{storage_shapes, QuantWeights, WeightFormat};
 use crate::dtype::{DType, Float};
 use crate::error::Result;
-use crate::format::ggml;
+use crate::format::{ggml, mlxfp};
 use crate::tensor::{Bytes, Tensor};
 use half::{bf16, f16};
 use rand::{Rng, RngCore, SeedableRng};
@@ -33,7 +33,7 @@ fn fill_float_dtype(dtype: DType, out: &mut [u8], rng: &mut impl Rng, amp: f32, 
 }
 
 /// Random `[E, rows, cols]` weights in `format`; affine scales/biases in
-/// `scale_dtype`. `on_expert` is called once per finished expert (progress).
+/// `scale_dtype` (MLX fp scales are always `u8`). `on_expert` is called once per finished expert (progress).
 pub fn random_weights(
     format: WeightFormat,
     n_experts: usize,
@@ -46,6 +46,7 @@ pub fn random_weights(
     let (dtype, shape, sshape) = storage_shapes(format, n_experts, rows, cols)?;
     let scale_dtype = match format {
         WeightFormat::AffineU8 { .. } => DType::F32,
+        WeightFormat::MlxFp(_) => DType::U8,
         _ => scale_dtype,
     };
     let per_expert = shape.iter().product::<usize>() / n_experts.max(1) * dtype.size();
@@ -86,6 +87,7 @@ pub fn random_weights(
                     fill_float_dtype(DType::F32, s, &mut rng, 0.02 / 255.0, 0.04 / 255.0);
                     fill_float_dtype(DType::F32, b, &mut rng, 0.005, -0.02);
                 }
+                WeightFormat::MlxFp(m) => mlxfp::fill_random(m, d, s, &mut rng),
                 WeightFormat::Ggml(t) => {
                     let blocks = ggml::random_blocks(t, d.len() / t.type_size(), rng.next_u64());
                     d.copy_from_slice(&blocks);
@@ -101,5 +103,6 @@ pub fn random_weights(
             .transpose()
     };
     let (scales, biases) = (aux(scales)?, aux(biases)?);
+    let biases = biases.filter(|_| format.has_biases());
     QuantWeights::new(format, n_experts, rows, cols, data, scales, biases)
 }

@@ -1,7 +1,7 @@
 //! Row-at-a-time dequantization of a validated [`QuantWeights`]: the typed
 //! views the CPU backends read weights through.
 
-use super::{affine, ggml, AffineParams, GgmlType, QuantWeights, WeightFormat};
+use super::{affine, ggml, mlxfp, AffineParams, GgmlType, MlxFpMode, QuantWeights, WeightFormat};
 use crate::dtype::{DType, Float};
 use crate::error::{invalid, Result};
 use half::{bf16, f16};
@@ -37,6 +37,12 @@ impl QuantWeights {
                 DecoderKind::AffineU8(group_size, self.data.as_slice()?, s, b)
             }
             WeightFormat::Ggml(t) => DecoderKind::Ggml(t, self.data.as_slice()?),
+            WeightFormat::MlxFp(m) => {
+                let Some(s) = &self.scales else {
+                    return Err(invalid("QuantWeights", "scales", "present", "none"));
+                };
+                DecoderKind::MlxFp(m, self.data.as_slice()?, s.as_slice()?)
+            }
         };
         let mut dec = RowDecoder {
             kind,
@@ -64,6 +70,7 @@ enum DecoderKind<'a> {
     Affine(AffineParams, &'a [u32], ScaleViews<'a>),
     AffineU8(usize, &'a [u8], &'a [f32], &'a [f32]),
     Ggml(GgmlType, &'a [u8]),
+    MlxFp(MlxFpMode, &'a [u32], &'a [u8]),
 }
 
 /// Dequantizes single rows of a validated [`QuantWeights`].
@@ -143,6 +150,15 @@ pub enum RawRow<'a> {
     },
     /// GGUF blocks.
     Ggml(GgmlType, &'a [u8]),
+    /// MLX microscaled floats.
+    MlxFp {
+        /// The mode.
+        mode: MlxFpMode,
+        /// Packed words, `K·bits/32`.
+        words: &'a [u32],
+        /// Scale bytes, `K/group_size`.
+        scales: &'a [u8],
+    },
 }
 
 impl<'a> RowDecoder<'a> {
@@ -198,6 +214,11 @@ impl<'a> RowDecoder<'a> {
             DecoderKind::Ggml(t, d) => {
                 RawRow::Ggml(t, row_of(d, r, k / t.block_size() * t.type_size()))
             }
+            DecoderKind::MlxFp(mode, d, s) => RawRow::MlxFp {
+                mode,
+                words: row_of(d, r, k * mode.bits() as usize / 32),
+                scales: row_of(s, r, k / mode.group_size()),
+            },
         })
     }
 
@@ -291,6 +312,11 @@ impl<'a> RowDecoder<'a> {
                 biases,
             } => affine::dequantize_u8_row(group_size, codes, scales, biases, out)?,
             RawRow::Ggml(t, bytes) => ggml::dequantize_row(t, bytes, out)?,
+            RawRow::MlxFp {
+                mode,
+                words,
+                scales,
+            } => mlxfp::dequantize_row(mode, words, scales, out)?,
         }
         Ok(())
     }
@@ -304,6 +330,7 @@ impl<'a> RowDecoder<'a> {
             DecoderKind::Affine(p, d, _) => d.len() / (k * p.bits as usize / 32),
             DecoderKind::AffineU8(_, d, _, _) => d.len() / k,
             DecoderKind::Ggml(t, d) => d.len() / (k / t.block_size() * t.type_size()),
+            DecoderKind::MlxFp(m, d, _) => d.len() / (k * m.bits() as usize / 32),
         }
     }
 

@@ -187,6 +187,8 @@ fn decode_keeps_mixed_format_layers() {
         ("mxfp4", "iq4_nl"),
         ("iq2_xxs", "iq1_m"),
         ("iq3_s", "tq1_0"),
+        ("mlx-mxfp4", "mlx-mxfp8"),
+        ("mlx-nvfp4", "q8_0"),
     ] {
         let (fg, fd) = (
             WeightFormat::parse(g).unwrap(),

@@ -11,7 +11,8 @@
 //!   (f32 vs f64 accumulation over K ≤ 1280: expected ~1e-13); 1e-5 for f16
 //!   (two independent roundings to 11 bits: ≤ ~1e-7); 1e-4 for bf16 (8 bits:
 //!   ≤ ~1e-5).
-//! * Every format of `WeightFormat::all()` × activation dtype, plain and
+//! * Every format of `WeightFormat::all()` (MLX's mxfp4 / nvfp4 / mxfp8
+//!   included) × activation dtype, plain and
 //!   fused (both `GateUp` layouts), both row→expert layouts and the single
 //!   expert; affine scales also in f32 and bf16; ragged M, N and K (K past the
 //!   kernel's 1024-column slab; dense K not a multiple of the 16-byte chunk);
@@ -321,6 +322,17 @@ fn affine_u8_matches_cpu() {
     for f in WeightFormat::all()
         .into_iter()
         .filter(|f| matches!(f, WeightFormat::AffineU8 { .. }))
+    {
+        check_format(f, DType::F32);
+    }
+}
+
+/// MLX's mxfp4, nvfp4 (two e4m3 scales a 32-code chunk) and mxfp8.
+#[test]
+fn mlx_fp_modes_match_cpu() {
+    for f in WeightFormat::all()
+        .into_iter()
+        .filter(|f| matches!(f, WeightFormat::MlxFp(_)))
     {
         check_format(f, DType::F32);
     }

@@ -167,6 +167,11 @@ fn synthetic_blocks_ggml_match_cpu() {
 }
 
 #[test]
+fn synthetic_blocks_mlx_fp_match_cpu() {
+    synthetic_blocks_match_cpu(family(|f| matches!(f, WeightFormat::MlxFp(_))));
+}
+
+#[test]
 fn moe_block_captures_into_a_cuda_graph_and_replays_with_new_inputs() {
     let dev = moekit::cuda::device(0).unwrap();
     let cpu = random_block(

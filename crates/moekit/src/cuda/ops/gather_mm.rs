@@ -84,6 +84,7 @@ pub fn format_type(format: WeightFormat, scale_dtype: DType) -> Result<String> {
             format!("moekit::FmtAffine<{}, {}>", p.bits, ctype(OP, scale_dtype)?)
         }
         WeightFormat::AffineU8 { .. } => "moekit::FmtAffineU8".to_string(),
+        WeightFormat::MlxFp(m) => format!("moekit::FmtMlxFp<{}, {}>", m.bits(), m.group_size()),
         WeightFormat::Ggml(t) => {
             let name = match t {
                 GgmlType::Q4_0 => "Q4_0",
@@ -180,10 +181,17 @@ pub(crate) fn weight_src(
     };
     let aux =
         |t: Option<&Tensor>, arg| t.map(|t| ptr16(t, arg)).transpose().map(|p| p.unwrap_or(0));
+    let scales = aux(w.scales(), "scales")?;
     Ok(WeightSrc {
         data: ptr16(w.data(), "weights")?,
-        scales: aux(w.scales(), "scales")?,
-        biases: aux(w.biases(), "biases")?,
+        scales,
+        // Formats with scales but no biases (MLX fp) pass the scales again:
+        // their decoders never read biases, but the staging code (tc_common,
+        // decode_f32) copies a biases row wherever there are scales.
+        biases: match w.biases() {
+            Some(b) => ptr16(b, "biases")?,
+            None => scales,
+        },
         rows: u32_of(op, "weight rows", w.rows())?,
         row_offset: u32_of(op, "weight rows", row_offset)?,
     })
@@ -284,11 +292,12 @@ fn base_params(
     })
 }
 
-/// log2 of the affine group size (0 for the other formats).
+/// log2 of the affine or MLX fp group size (0 for the other formats).
 pub(crate) fn group_shift(format: WeightFormat) -> u32 {
     match format {
         WeightFormat::Affine(p) => p.group_size.trailing_zeros(),
         WeightFormat::AffineU8 { group_size } => group_size.trailing_zeros(),
+        WeightFormat::MlxFp(m) => m.group_size().trailing_zeros(),
         _ => 0,
     }
 }

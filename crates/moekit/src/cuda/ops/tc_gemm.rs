@@ -103,6 +103,7 @@ fn unit(format: WeightFormat) -> (usize, usize) {
         WeightFormat::Affine(p) => (32, 4 * p.bits as usize),
         WeightFormat::AffineU8 { .. } => (32, 32),
         WeightFormat::Ggml(t) => (t.block_size(), t.type_size()),
+        WeightFormat::MlxFp(m) => (32, 4 * m.bits() as usize),
     }
 }
 
@@ -130,12 +131,19 @@ fn raw_row(w: &QuantWeights, dtype: DType, aw: usize) -> Option<RawRow> {
     } else {
         room(kr / uw * ub)
     };
+    // Most groups a stage covers (`TcRaw::AUX_ELEMS`: KR / F::SUB, the
+    // smallest group: 32, or nvfp4's 16).
+    let groups = kr
+        / match w.format() {
+            WeightFormat::MlxFp(m) => m.group_size(),
+            _ => 32,
+        };
     let aux = w.scales().map_or(0, |s| {
         let size = s.dtype().size();
         if aw == 4 {
-            ((4 - size % 4) % 4 + kr / 32 * size + 7) & !7
+            ((4 - size % 4) % 4 + groups * size + 7) & !7
         } else {
-            room(kr / 32 * size)
+            room(groups * size)
         }
     });
     // An odd number of 16-byte units (bank-conflict-free row reads).

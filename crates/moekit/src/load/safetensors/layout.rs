@@ -11,7 +11,8 @@
 //! | shared expert | `P.shared_expert.{gate,up,down}_proj` (Qwen) / `P.shared_experts.*` (DeepSeek, GLM) | same |
 //! | shared gate `[1, H]` | `P.shared_expert_gate` | same |
 //!
-//! A module is affine-quantized when the config or a `.scales` tensor says so
+//! A module is quantized (MLX affine: `.scales` and `.biases`; mxfp4 / nvfp4 /
+//! mxfp8: `.scales` only) when the config or a `.scales` tensor says so
 //! (see `quant`); every shape is checked against the sizes in `config.json`.
 
 use super::config::ModelConfig;
@@ -91,7 +92,21 @@ fn part(
     let mut specs = vec![(dt, strip(dshape))];
     if let Some(s) = sshape.map(strip) {
         let (sd, _) = ck.info(&sname)?;
-        for name in [sname, format!("{module}.biases")] {
+        let gname = format!("{module}.global_scale");
+        if ck.get(&gname).is_some() {
+            return Err(unsupported(
+                OP,
+                format!(
+                    "{}: `{gname}` (an nvfp4 tensor scale; moekit reads nvfp4 without one)",
+                    ck.file_of(&gname).display()
+                ),
+            ));
+        }
+        let mut aux = vec![sname];
+        if format.has_biases() {
+            aux.push(format!("{module}.biases"));
+        }
+        for name in aux {
             specs.push((sd, s.clone()));
             names.push(name);
         }
@@ -232,11 +247,12 @@ fn per_expert(
         .first()
         .ok_or_else(|| invalid(OP, "n_experts", "> 0", 0))?;
     let data = stack(ck, &parts, 0)?;
-    let aux = if first.names.len() == 3 {
-        (Some(stack(ck, &parts, 1)?), Some(stack(ck, &parts, 2)?))
-    } else {
-        (None, None)
+    let slot = |i: usize| -> Result<Option<Tensor>> {
+        (first.names.len() > i)
+            .then(|| stack(ck, &parts, i))
+            .transpose()
     };
+    let aux = (slot(1)?, slot(2)?);
     QuantWeights::new(first.format, e, rows, cols, data, aux.0, aux.1)
         .map_err(|err| ck.bad(&first.names[0], err))
 }

@@ -11,11 +11,13 @@
 //! in the map uses its entry; any other module is quantized iff
 //! `<path>.scales` exists, with group size and bits inferred from the shapes
 //! (`group_size = in / scales.shape[-1]`, `bits = weight.shape[-1] · 32 / in`,
-//! mlx-lm's `infer_quant_config`). Only the `affine` mode is supported.
+//! mlx-lm's `infer_quant_config`). Modes: `affine`, and MLX's microscaled
+//! `mxfp4`, `nvfp4` (without a `global_scale`) and `mxfp8`, whose bits and
+//! group size must be the mode's (4/32, 4/16, 8/32).
 
 use super::config::Fields;
 use crate::error::{unsupported, Error, Result};
-use crate::format::{AffineParams, WeightFormat};
+use crate::format::{AffineParams, MlxFpMode, WeightFormat};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -143,20 +145,25 @@ impl QuantConfig {
                 Params { bits, group_size, mode }
             }
         };
-        if p.mode != "affine" {
+        let f = if p.mode == "affine" {
+            WeightFormat::Affine(AffineParams {
+                bits: p.bits,
+                group_size: p.group_size,
+            })
+        } else if let Some(m) = MlxFpMode::from_mlx_name(&p.mode) {
+            m.check("moe_block", p.bits, p.group_size)
+                .map_err(|e| bad(format!("`{path}` (mode {}): {e}", p.mode)))?;
+            WeightFormat::MlxFp(m)
+        } else {
             return Err(unsupported(
                 "moe_block",
                 format!(
-                    "{}: `{path}` uses quantization mode {:?} (only affine)",
+                    "{}: `{path}` uses quantization mode {:?} (affine, mxfp4, nvfp4 or mxfp8)",
                     file.display(),
                     p.mode
                 ),
             ));
-        }
-        let f = WeightFormat::Affine(AffineParams {
-            bits: p.bits,
-            group_size: p.group_size,
-        });
+        };
         f.validate("moe_block")
             .map_err(|e| bad(format!("`{path}`: {e}")))?;
         Ok(f)
@@ -230,15 +237,44 @@ mod tests {
     #[test]
     fn other_methods_and_modes_are_unsupported() {
         assert!(cfg(r#"{"quantization_config":{"quant_method":"fp8"}}"#).is_err());
-        let q = cfg(r#"{"quantization":{"group_size":32,"bits":4,"mode":"mxfp4"}}"#).unwrap();
+        let q = cfg(r#"{"quantization":{"group_size":32,"bits":4,"mode":"mxint4"}}"#).unwrap();
         let e = q
             .resolve("x", 64, 8, Some(2), DENSE, Path::new("f"))
             .unwrap_err();
-        assert!(e.to_string().contains("mxfp4"), "{e}");
+        assert!(e.to_string().contains("mxint4"), "{e}");
         assert!(cfg(r#"{"quantization_config":{"group_size":64,"bits":4}}"#)
             .unwrap()
             .default
             .is_some());
         assert!(cfg(r#"{}"#).unwrap().default.is_none());
+    }
+
+    #[test]
+    fn mlx_fp_modes_resolve_with_their_own_bits_and_group() {
+        let f = Path::new("f");
+        for (mode, bits, g, m) in [
+            ("mxfp4", 4, 32, MlxFpMode::Mxfp4),
+            ("nvfp4", 4, 16, MlxFpMode::Nvfp4),
+            ("mxfp8", 8, 32, MlxFpMode::Mxfp8),
+        ] {
+            let text =
+                format!(r#"{{"quantization":{{"group_size":{g},"bits":{bits},"mode":"{mode}"}}}}"#);
+            let q = cfg(&text).unwrap();
+            let w_last = 64 * bits as usize / 32;
+            assert_eq!(
+                q.resolve("x", 64, w_last, Some(64 / g), DENSE, f).unwrap(),
+                WeightFormat::MlxFp(m)
+            );
+            // An override with the wrong group size for the mode names both.
+            let text = format!(
+                r#"{{"quantization":{{"group_size":{g},"bits":{bits},"mode":"{mode}","y":{{"group_size":64,"bits":{bits},"mode":"{mode}"}}}}}}"#
+            );
+            let e = cfg(&text)
+                .unwrap()
+                .resolve("y", 128, 128 * bits as usize / 32, Some(2), DENSE, f)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("group_size") && e.contains(mode), "{e}");
+        }
     }
 }

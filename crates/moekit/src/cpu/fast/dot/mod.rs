@@ -25,8 +25,9 @@
 //! features); [`dot_rows`] picks the level once per call
 //! ([`simd_level`], detected once per process), [`dot_rows_at`] takes it
 //! as an argument.
-//! Formats without a fused kernel (mlx-native u8 codes, the GGUF IQ1–IQ3
-//! grid and TQ* ternary types, rows whose bytes are not 2-aligned)
+//! Formats without a fused kernel (mlx-native u8 codes, MLX's mxfp4 /
+//! nvfp4 / mxfp8, the GGUF IQ1–IQ3 grid and TQ* ternary types, rows whose
+//! bytes are not 2-aligned)
 //! decode into a scratch row and use
 //! [`dot`](super::gather_mm::dot).
 
@@ -371,7 +372,7 @@ fn run_for<V: Simd>(raw: &RawRow<'_>) -> Run {
             ScaleRow::F16(_) => affine::run_for::<f16, V>(*params),
             ScaleRow::Bf16(_) => affine::run_for::<bf16, V>(*params),
         },
-        RawRow::AffineU8 { .. } => None,
+        RawRow::AffineU8 { .. } | RawRow::MlxFp { .. } => None,
     };
     fused.unwrap_or(run::<Decode, V>)
 }
