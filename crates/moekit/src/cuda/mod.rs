@@ -297,18 +297,23 @@ pub unsafe fn with_stream<R>(
     f()
 }
 
-/// Number of CUDA devices, or why CUDA cannot be used here.
+/// Number of CUDA devices, or why CUDA cannot be used here. Probed once per
+/// process (loading the driver library and counting devices takes tens of
+/// µs, and every op asks), so devices made visible later are not seen.
 pub fn available() -> Result<usize> {
+    static PROBE: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+    PROBE.get_or_init(probe).clone().map_err(Error::NoCuda)
+}
+
+fn probe() -> std::result::Result<usize, String> {
     // SAFETY: only probes whether the shared library can be loaded.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(Error::NoCuda(
-            "the CUDA driver library (libcuda.so) was not found".into(),
-        ));
+        return Err("the CUDA driver library (libcuda.so) was not found".into());
     }
-    let n = CudaContext::device_count()
-        .map_err(|e| Error::NoCuda(format!("cuInit/cuDeviceGetCount failed: {e}")))?;
+    let n =
+        CudaContext::device_count().map_err(|e| format!("cuInit/cuDeviceGetCount failed: {e}"))?;
     if n <= 0 {
-        return Err(Error::NoCuda("no CUDA device is visible".into()));
+        return Err("no CUDA device is visible".into());
     }
     Ok(n as usize)
 }
