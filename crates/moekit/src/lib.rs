@@ -38,6 +38,12 @@
 //! * Loaders' own types ([`load::gguf`], [`load::safetensors`]), `.npy`
 //!   input and output ([`npy`]), and CUDA specifics ([`cuda`]: device, CUDA
 //!   graphs, timing).
+//! * Interop (the Python binding, `crates/moekit-py`, is built on it):
+//!   [`cuda::with_stream`] runs moekit on a caller's CUDA stream,
+//!   [`cuda::CudaBytes::from_borrowed`] and [`Bytes::external`] view memory
+//!   another library owns, [`MoeBlock::forward_into`] writes in place, and
+//!   [`moe::routed_experts`] runs the experts for a routing computed
+//!   elsewhere (vLLM's `fused_experts`).
 //!
 //! ## Architecture (read top to bottom)
 //!
