@@ -49,20 +49,7 @@ def median_us(fn, reps=200, warmup=20, inner=1):
 
 
 def graph_of(fn):
-    import torch
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    return g
+    return torch_moe.capture_graph(fn)[0]
 
 
 def main():
