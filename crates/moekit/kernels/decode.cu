@@ -1,12 +1,11 @@
 // decode.cu — the MoE block for few tokens (decode, T ≤ 64) in three
 // launches, with no host round trip (capturable in a CUDA graph):
 //
-//   1. decode_route     router matvec, four warps per router row (plus the
+//   1. decode_route     router matvec, one warp per router row (plus the
 //                       shared-expert gate row); the last block to finish
-//                       (a ticket counter) routes the tokens (the whole
-//                       block for one token, else a warp each), then builds
-//                       the expert-sorted slot list and the list of active
-//                       experts block-parallel (bit masks, word scans).
+//                       (a ticket counter) routes the tokens, a warp each,
+//                       then builds the expert-sorted slot list and the list
+//                       of active experts.
 //   2. gate/up          block (16-row tile, active expert) → act[slot, n] =
 //                       silu(g)·u for every token that chose the expert (the
 //                       shared expert is one more grid row over all tokens).
@@ -61,8 +60,7 @@ struct DecodeParams {
   float* weights;        // [T, k]
   float* shared_factor;  // [T] shared-expert factor (sigmoid or 1)
   u32* ticket;           // [1], zero between launches (the last block resets it)
-  u32* active;           // [2E] active experts, ascending, then each one's slots
-                         // (active_slots)
+  u32* active;           // [E] active experts, ascending
   u32* n_active;         // [1]
   u32* offsets;          // [E + 1] of the expert-sorted slots
   u32* slots;            // [T·k] slots t·k + j in expert order
@@ -186,9 +184,7 @@ __device__ __forceinline__ QRow row_of(const DecodeW& w, u64 expert, u32 n) {
 }
 
 // Routes token t with a team — a warp or the block (route.cuh's rules, the
-// CPU's arithmetic); the ids also go to `ids_s` (shared memory) for the
-// sort. The team's last thread loads the shared-expert gate logit with the
-// row (one round trip) and writes the token's shared-expert factor.
+// CPU's arithmetic); the ids also go to `ids_s` (shared memory) for the sort.
 template <class W>
 __device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s) {
   RouteParams rp;
@@ -205,10 +201,7 @@ __device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s
   rp.routed_scaling_factor = p.rsf;
   rp.pad = 0;
   const float* row = p.logits + (u64)t * (p.n_experts + 1);
-  const bool gate_thread = w.tid() == w.size() - 1;
-  const float g = gate_thread ? row[w.n] : 0.f;
   for (u32 e = w.tid(); e < w.n; e += w.size()) w.a[e] = row[e];
-  if (gate_thread) p.shared_factor[t] = p.sgate.data ? 1.f / (1.f + expf(-g)) : 1.f;
   w.sync();
   u32 id = route::kNone;
   float wt = 0.f;
@@ -227,21 +220,6 @@ __device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s
   w.sync();
 }
 
-// Where active expert y's slots are, packed in active[E + y] by the routing
-// step (T·k ≤ 2048 slots, T ≤ 64 tokens): the first of them in the
-// expert-sorted list (bits 0..11), how many (12..19) and the first slot
-// itself (20..31) — so an expert block reads its expert, its slots and, for
-// one token, the token in one round trip, not three.
-// Kept packed (one register through the expert kernels' loops).
-struct ActiveSlots {
-  u32 w;
-  __device__ __forceinline__ explicit ActiveSlots(u32 word) : w(word) {}
-  __device__ __forceinline__ static u32 pack(u32 first, u32 count, u32 slot0) { return first | count << 12 | slot0 << 20; }
-  __device__ __forceinline__ u32 count() const { return (w >> 12) & 0xffu; }
-  // The i-th slot of the expert in the sorted list.
-  __device__ __forceinline__ u32 slot(const DecodeParams& p, u32 i) const { return i == 0 ? w >> 20 : p.slots[(w & 0xfffu) + i]; }
-};
-
 constexpr u32 ROUTE_ROW_WARPS = 4;  // warps splitting one router row
 constexpr u32 ROUTE_ROWS = ROUTE_WARPS / ROUTE_ROW_WARPS;
 constexpr u32 ROUTE_HELD = 8;  // chunks a lane holds in registers at once
@@ -251,11 +229,8 @@ constexpr u32 ROUTE_HELD = 8;  // chunks a lane holds in registers at once
 // token: lane l of part q takes chunks (32q + l) + 128j, loading up to
 // ROUTE_HELD of them at once (one memory round trip for H ≤ 4096 f32), then
 // dots them with each token; the parts' butterfly sums are added in part
-// order (a fixed order). Dynamic shared memory (decode.rs `route_smem`):
-// route_floats (routing buffers, then the sort's per-expert words), then
-// T·k ids, T·⌈E/32⌉ expert masks and 2·⌈E/32⌉ word totals (u32).
-__device__ __forceinline__ u32 route_floats(u32 route_warps, u32 E) { return max(route_warps * 3 * E, (E + 31) / 32 * 32); }
-
+// order (a fixed order). Dynamic shared memory: max(route_warps · 3 · E,
+// E + 1) floats (routing buffers, then the sort's counters), then T·k ids.
 template <typename FR, typename T>
 __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_constant__ DecodeParams p) {
   extern __shared__ float dec_smem[];
@@ -313,11 +288,8 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
   }
   // Last block to finish routes every token.
   if (!last_arrival(p.ticket, gridDim.x, &s_last)) return;
-  const u32 n = nt * k, W = (E + 31) / 32;
-  u32* ids_s = reinterpret_cast<u32*>(dec_smem + route_floats(p.route_warps, E));
-  u32* masks = ids_s + n;       // [T, W]: bit e % 32 of word e / 32 set where the token chose e
-  u32* tot = masks + nt * W;    // [2, W]: slots, then active experts, of each word of experts
-  u32* loc = reinterpret_cast<u32*>(dec_smem);  // [32 W], over the routing buffers
+  const u32 n = nt * k;
+  u32* ids_s = reinterpret_cast<u32*>(dec_smem + max(p.route_warps * 3 * E, E + 1));
   if (nt <= p.route_block && E <= route::kBlockKeys) {
     // Few tokens: each routed by the whole block in turn (the first warp's buffers).
     __shared__ route::BlockScratch s_route;
@@ -328,100 +300,78 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
     const route::Warp w{lane, E, k, a, a + E, a + 2 * E};
     for (u32 t = warp; t < nt; t += p.route_warps) route_token(p, t, w, ids_s);
   }
-  __syncthreads();
-  // The stable counting sort of the T·k slots by expert and the active
-  // list, block-parallel in three steps (the ids of a token are distinct;
-  // an id ≥ E, which no rule gives, is left out of both). 1: each token's
-  // experts as bit masks.
-  for (u32 i = threadIdx.x; i < nt * W; i += blockDim.x) {
-    const u32 t = i / W, wd = i % W;
-    u32 m = 0;
-    for (u32 j = 0; j < k; ++j) {
-      const u32 e = ids_s[t * k + j];
-      if (e < E && e / 32 == wd) m |= 1u << (e % 32);
-    }
-    masks[i] = m;
+  for (u32 t = threadIdx.x; t < nt; t += blockDim.x) {
+    const float g = p.logits[(u64)t * (E + 1) + E];
+    p.shared_factor[t] = p.sgate.data ? 1.f / (1.f + expf(-g)) : 1.f;
   }
   __syncthreads();
-  // 2: a warp per word of 32 experts: each expert's place in the word's
-  // slots (loc bits 0..11, a scan), in its active experts (12..16) and its
-  // slot count (17..24); the word's totals go to tot.
-  for (u32 wd = warp; wd < W; wd += ROUTE_WARPS) {
-    u32 c = 0;
-    for (u32 t = 0; t < nt; ++t) c += (masks[t * W + wd] >> lane) & 1u;
-    u32 inc = c;
+  // Counting sort of the T·k slots by expert (stable) and the active list,
+  // in shared memory (the routing buffers are free again).
+  u32* cnt = reinterpret_cast<u32*>(dec_smem);
+  for (u32 e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (u32 s = threadIdx.x; s < n; s += blockDim.x) atomicAdd(&cnt[ids_s[s]], 1u);
+  __syncthreads();
+  if (warp == 0) {
+    u32 base = 0, act_base = 0;
+    for (u32 e0 = 0; e0 < E; e0 += 32) {
+      const u32 e = e0 + lane;
+      const u32 c = e < E ? cnt[e] : 0;
+      u32 inc = c, flag = c > 0 ? 1u : 0u;
 #pragma unroll
-    for (u32 o = 1; o < 32; o <<= 1) {
-      const u32 v = __shfl_up_sync(0xffffffffu, inc, o);
-      if (lane >= o) inc += v;
+      for (int o = 1; o < 32; o <<= 1) {
+        const u32 a = __shfl_up_sync(0xffffffffu, inc, o);
+        const u32 b = __shfl_up_sync(0xffffffffu, flag, o);
+        if (lane >= (u32)o) {
+          inc += a;
+          flag += b;
+        }
+      }
+      if (e < E) {
+        p.offsets[e] = base + inc - c;
+        cnt[e] = base + inc - c;  // the expert's cursor
+        if (c > 0) p.active[act_base + flag - 1] = e;
+      }
+      base += __shfl_sync(0xffffffffu, inc, 31);
+      act_base += __shfl_sync(0xffffffffu, flag, 31);
     }
-    const u32 act = __ballot_sync(0xffffffffu, c > 0);
-    loc[wd * 32 + lane] = (inc - c) | __popc(act & ((1u << lane) - 1u)) << 12 | c << 17;
-    if (lane == 31) {
-      tot[wd] = inc;
-      tot[W + wd] = __popc(act);
+    if (lane == 0) {
+      p.offsets[E] = base;
+      *p.n_active = act_base;
     }
-  }
-  __syncthreads();
-  // 3: offsets and active experts, then each slot's place: its expert's
-  // offset plus the earlier tokens that chose the expert; an expert's first
-  // slot writes the expert's ActiveSlots.
-  auto before = [&](u32 wd, u32 half) {
-    u32 b = 0;
-    for (u32 v = 0; v < wd; ++v) b += tot[half * W + v];
-    return b;
-  };
-  auto offset = [&](u32 e) { return (loc[e] & 0xfffu) + before(e / 32, 0); };
-  auto place = [&](u32 e) { return (loc[e] >> 12 & 31u) + before(e / 32, 1); };
-  for (u32 e = threadIdx.x; e < E; e += blockDim.x) {
-    p.offsets[e] = offset(e);
-    if (loc[e] >> 17) p.active[place(e)] = e;
-  }
-  if (threadIdx.x == 0) {
-    p.offsets[E] = before(W, 0);
-    *p.n_active = before(W, 1);
-  }
-  for (u32 sl = threadIdx.x; sl < n; sl += blockDim.x) {
-    const u32 e = ids_s[sl];
-    if (e >= E) continue;
-    const u32 t = sl / k, wd = e / 32, bit = 1u << (e % 32);
-    u32 r = 0;
-    for (u32 u = 0; u < t; ++u) r += (masks[u * W + wd] & bit) ? 1u : 0u;
-    const u32 first = offset(e);
-    p.slots[first + r] = sl;
-    if (r == 0) p.active[E + place(e)] = ActiveSlots::pack(first, loc[e] >> 17, sl);
+    __syncwarp();
+    // Stable placement, 32 slots at a time: a slot's place is its expert's
+    // cursor plus the earlier lanes with the same expert; the last of those
+    // lanes then advances the cursor.
+    for (u32 s0 = 0; s0 < n; s0 += 32) {
+      const u32 s = s0 + lane;
+      const u32 e = s < n ? ids_s[s] : 0xffffffffu;
+      const u32 peers = __match_any_sync(0xffffffffu, e);
+      if (s < n) p.slots[cnt[e] + __popc(peers & ((1u << lane) - 1u))] = s;
+      __syncwarp();
+      if (s < n && (peers >> lane) == 1u) cnt[e] += __popc(peers);
+      __syncwarp();
+    }
   }
   if (threadIdx.x == 0) *p.ticket = 0;  // ready for the next launch (graph replay)
 }
 
 
-// The start of an expert block (gate/up or down): waits for the previous
-// step, then finds the expert of grid row blockIdx.y — active expert y, or
-// (y = max_active) the shared expert, over all tokens; false when the row
-// has none this call; n_active: the active experts. The words are read at
-// once (one round trip): active[y] and active[E + y] are in bounds (y <
-// max_active ≤ E) and ignored when y ≥ n_active.
-__device__ __forceinline__ bool expert_begin(const DecodeParams& p, bool has_shared, bool& shared, u32& e,
-                                             ActiveSlots& as, u32& n_active) {
+// The start of a gate/up block: waits for the routing step, then finds the
+// expert of grid row blockIdx.y — active expert y, or (y = max_active) the
+// shared expert; false when the row has none this call.
+__device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& shared, u32& e) {
   pdl_trigger();
   pdl_wait();
   shared = blockIdx.y == p.max_active;
-  n_active = *p.n_active;
-  const u32 ey = shared ? 0 : p.active[blockIdx.y];
-  const u32 w = shared ? 0 : p.active[p.n_experts + blockIdx.y];
+  // Both words at once (one round trip): active[y] is in bounds (y <
+  // max_active ≤ E) and ignored when y ≥ n_active.
+  const u32 n_active = *p.n_active, ey = shared ? 0 : p.active[blockIdx.y];
   e = 0;
-  as = ActiveSlots(0u);
-  if (shared) return has_shared;
+  if (shared) return p.sg.data != nullptr;
   if (blockIdx.y >= n_active) return false;
   e = ey;
-  as = ActiveSlots(w);
   return true;
-}
-
-// The start of a gate/up block (expert_begin).
-__device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& shared, u32& e, ActiveSlots& as) {
-  u32 n_active;
-  return expert_begin(p, p.sg.data != nullptr, shared, e, as, n_active);
 }
 
 // Token t's output from its slots' down outputs y(s) (slots t·k + j, and
@@ -544,8 +494,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, k = p.top_k, H = p.hidden;
   bool shared;
   u32 e;
-  ActiveSlots as(0u);
-  if (!gate_up_begin(p, shared, e, as)) return;
+  if (!gate_up_begin(p, shared, e)) return;
   const DecodeW& G = shared ? p.sg : p.gate_w;
   const DecodeW& U = shared ? p.su : p.up_w;
   const u32 n_rows = shared ? p.sd.k : p.down_w.k;  // I (or Is): down's K
@@ -562,15 +511,16 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
     rows[0][h] = row_of<F>(G, e, r);
     rows[1][h] = row_of<F>(U, e, r);
   }
-  const u32 n_tok = shared ? nt : as.count();
+  const u32 first = shared ? 0 : p.offsets[e];
+  const u32 n_tok = shared ? nt : p.offsets[e + 1] - first;
   const u32 n_spans = live ? (H + MMA_SPAN - 1) / MMA_SPAN : 0;
   const T* x = static_cast<const T*>(p.x);
   T* act = static_cast<T*>(p.act);
   const u32 row_base = blockIdx.x * tile_rows;
   for (u32 i0 = 0; i0 < n_tok; i0 += MMA_GROUP) {
     const u32 cnt = min(MMA_GROUP, n_tok - i0);
-    auto slot = [&](u32 i) { return shared ? nt * k + i0 + i : as.slot(p, i0 + i); };
-    auto tok = [&](u32 i) { return shared ? i0 + i : slot(i) / k; };
+    auto tok = [&](u32 i) { return shared ? i0 + i : p.slots[first + i0 + i] / k; };
+    auto slot = [&](u32 i) { return shared ? nt * k + i0 + i : p.slots[first + i0 + i]; };
     auto emit = [&](u32 mt, u32 n, u32 i, u32 l, const float (&v)[2]) {
       const u32 row = row_base + mt * MMA_TILE + frag_row(i, l), t = frag_tok(n, i, l);
       // The general path's fused SwiGLU stores its output in T.
@@ -605,14 +555,16 @@ template <typename F, typename T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_down_mma(const __grid_constant__ DecodeParams p) {
   __shared__ __align__(16) float red[MMA_RED];
   __shared__ u32 s_last;
-  const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, H = p.hidden;
-  const u32 n_slots = nt * p.top_k;
+  pdl_trigger();
+  pdl_wait();  // gate/up's act rows (and, through it, the routing)
+  const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, H = p.hidden, k = p.top_k;
+  const u32 n_slots = nt * k;
   const bool has_shared = p.sd.data != nullptr;
-  bool shared;
-  u32 e, n_active;
-  ActiveSlots as(0u);
-  // Waits for gate/up's act rows (and, through it, the routing).
-  if (!expert_begin(p, has_shared, shared, e, as, n_active)) return;
+  const bool shared = blockIdx.y == p.max_active;
+  // Both words at once, as in gate_up_begin.
+  const u32 n_active = *p.n_active, ey = shared ? 0 : p.active[blockIdx.y];
+  if (shared ? !has_shared : blockIdx.y >= n_active) return;
+  const u32 e = ey;
   const DecodeW& D = shared ? p.sd : p.down_w;
   const MmaWarp mw(p.down_split);
   const u32 tile_rows = MMA_TILE * (MMA_WARPS / mw.ks_n), row_base = blockIdx.x * tile_rows;
@@ -620,12 +572,13 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_d
   QRow rows[1][2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) rows[0][h] = row_of<F>(D, e, min(mw.row0 + (lane >> 2) + 8u * h, H - 1));
-  const u32 n_tok = shared ? nt : as.count();
+  const u32 first = shared ? 0 : p.offsets[e];
+  const u32 n_tok = shared ? nt : p.offsets[e + 1] - first;
   const u32 n_spans = live ? (D.k + MMA_SPAN - 1) / MMA_SPAN : 0;
   const T* act = static_cast<const T*>(p.act);
   for (u32 i0 = 0; i0 < n_tok; i0 += MMA_GROUP) {
     const u32 cnt = min(MMA_GROUP, n_tok - i0);
-    auto slot = [&](u32 i) { return shared ? n_slots + i0 + i : as.slot(p, i0 + i); };
+    auto slot = [&](u32 i) { return shared ? n_slots + i0 + i : p.slots[first + i0 + i]; };
     auto emit = [&](u32 mt, u32 n, u32 i, u32 l, const float (&v)[1]) {
       const u32 row = row_base + mt * MMA_TILE + frag_row(i, l), t = frag_tok(n, i, l);
       // The general path's down matmul stores y in T.

@@ -172,8 +172,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
   const u32 nt = p.n_tokens, H = p.hidden, k = p.top_k;
   bool shared;
   u32 e;
-  ActiveSlots as(0u);
-  if (!gate_up_begin(p, shared, e, as)) return;
+  if (!gate_up_begin(p, shared, e)) return;
   const DecodeW& G = shared ? p.sg : p.gate_w;
   const DecodeW& U = shared ? p.su : p.up_w;
   const u32 n_rows = shared ? p.sd.k : p.down_w.k;  // I (or Is): down's K
@@ -186,7 +185,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
   cp_async_commit();
   float* xs = reinterpret_cast<float*>(dec_tiles + 2 * tile_room<F>(p.gu_rows, G.k, G.group_shift));
   float* xsum = xs + GU_TG * padded(H);  // GU_TG · padded(H) / SUB sums
-  const u32 n_tok = shared ? nt : as.count();
+  const u32 first = shared ? 0 : p.offsets[e];
+  const u32 n_tok = shared ? nt : p.offsets[e + 1] - first;
   const u32 Hp = padded(H), nch = (H + F::CHUNK - 1) / F::CHUNK;
   const T* x = static_cast<const T*>(p.x);
   for (u32 i0 = 0; i0 < n_tok; i0 += GU_TG) {
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
     __syncthreads();  // the previous group's x rows are read
     // The group's x rows as f32 (while the first group's tiles fly).
     for (u32 i = 0; i < cnt; ++i) {
-      const u32 t = shared ? i0 + i : as.slot(p, i0 + i) / k;
+      const u32 t = shared ? i0 + i : p.slots[first + i0 + i] / k;
 #pragma unroll 4
       for (u32 j = threadIdx.x; j < Hp; j += blockDim.x)
         xs[i * Hp + swizzled<F::CHUNK>(j)] = j < H ? to_f32(x[(u64)t * H + j]) : 0.f;
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
       for (u32 i = 0; i < GU_TG; ++i) {
         const float g = group_sum(ag[i], gmask), u = group_sum(au[i], gmask);
         if (sub == 0 && i < cnt && r0 + grp < nr) {
-          const u32 row = shared ? nt * k + i0 + i : as.slot(p, i0 + i);
+          const u32 row = shared ? nt * k + i0 + i : p.slots[first + i0 + i];
           // The general path's fused SwiGLU stores its output in T.
           static_cast<float*>(p.act)[(u64)row * p.act_stride + act_pos<F::CHUNK>(n0 + r)] = to_f32(from_f32<T>(silu(g) * u));
         }

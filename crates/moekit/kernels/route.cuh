@@ -114,82 +114,12 @@ __device__ __forceinline__ u64 warp_max_key(u64 best) {
   return ((u64)mh << 32) | ml;
 }
 
-// Scratch of select_fast: per warp (at most kSelWarps warps a block) up to
-// kSelCand candidate keys, the chosen indices and the count-th best key.
-constexpr u32 kSelWarps = 8, kSelCand = 64;
-struct SelScratch {
-  u64 cand[kSelWarps][kSelCand];
-  u64 last[kSelWarps];
-  u32 chosen[kSelWarps][kMaxTopK];
-};
-
-// select_best's first try, on the lanes' sorted lists `k` (`listed`: each
-// list holds its lane's whole share): τ = the count-th best of the lanes'
-// best keys. The `count` best keys are all ≥ τ (the count lanes whose best
-// is ≥ τ each hold one), so they are the best of the candidates (keys ≥ τ),
-// and a candidate's rank among the candidates is its rank among all keys.
-// The candidates (typically a little over `count`) go to shared memory and
-// each is ranked against the others there — a few dozen loads instead of
-// `count` dependent warp-max rounds. Returns false, having set nothing,
-// where it cannot decide (more than kSelCand candidates, a full list of
-// candidates that may continue past the list, count > n, too many warps).
-__device__ __forceinline__ bool select_fast(const u64 (&k)[SEL_REG], bool listed, u32 count, u32 lane, u32& nth,
-                                            u32& taken) {
-  __shared__ SelScratch s;
-  const u32 warp = threadIdx.x >> 5;
-  if (blockDim.x > kSelWarps * 32 || count == 0 || count > kMaxTopK) return false;
-  u64* cand = s.cand[warp];
-  __syncwarp();  // the previous call's readers are done
-  cand[lane] = k[0];
-  __syncwarp();
-  u32 r = 0;
-#pragma unroll 8
-  for (u32 l = 0; l < 32; ++l) r += cand[l] > k[0] ? 1u : 0u;
-  const u32 at = __ballot_sync(kFull, k[0] != 0 && r == count - 1);
-  if (at == 0) return false;
-  const u64 tau = __shfl_sync(kFull, k[0], __ffs(at) - 1);
-  u32 c = 0;
-#pragma unroll
-  for (u32 i = 0; i < SEL_REG; ++i) c += k[i] >= tau ? 1u : 0u;
-  // A list full of candidates may continue past its end.
-  if (__any_sync(kFull, !listed && c == SEL_REG)) return false;
-  u32 inc = c;
-#pragma unroll
-  for (u32 o = 1; o < 32; o <<= 1) {
-    const u32 v = __shfl_up_sync(kFull, inc, o);
-    if (lane >= o) inc += v;
-  }
-  const u32 total = __shfl_sync(kFull, inc, 31);
-  if (total > kSelCand) return false;
-  __syncwarp();  // every lane has read the lanes' best keys
-#pragma unroll
-  for (u32 i = 0; i < SEL_REG; ++i)
-    if (i < c) cand[inc - c + i] = k[i];
-  __syncwarp();
-  for (u32 q = lane; q < total; q += 32) {
-    const u64 x = cand[q];
-    u32 rk = 0;
-    for (u32 j = 0; j < total; ++j) rk += cand[j] > x ? 1u : 0u;
-    if (rk < count) s.chosen[warp][rk] = 0xFFFFFFFFu - (u32)x;
-    if (rk == count - 1) s.last[warp] = x;
-  }
-  __syncwarp();
-  nth = lane < count ? s.chosen[warp][lane] : kNone;
-  const u64 kth = s.last[warp];
-  taken = 0;
-#pragma unroll
-  for (u32 i = 0; i < SEL_REG; ++i)
-    if (k[i] >= kth) taken |= 1u << (((0xFFFFFFFFu - (u32)k[i]) - lane) >> 5);
-  return true;
-}
-
 // Selects the `count` best of key[0..n) (n ≤ 1024, count ≤ n) in rank order:
 // lane j < count receives the index of the j-th best in `nth` (kNone for the
 // others). Returns this lane's mask of selected keys (bit i: key lane + 32 i).
 // Every lane of the warp must call it; `key` must be visible to all lanes.
-// Each lane first sorts its keys (its SEL_REG best) into registers; then
-// select_fast ranks the few candidates at once. Where it cannot decide, a
-// round is one warp max of unique keys (they hold the index) and, on the
+// Each lane first sorts its keys (its SEL_REG best) into registers; a round
+// is then one warp max of unique keys (they hold the index) and, on the
 // winning lane, a shift of its list — a search only when a lane of a share
 // larger than SEL_REG has won SEL_REG rounds.
 __device__ u32 select_best(const float* key, u32 n, u32 count, u32 lane, u32& nth) {
@@ -205,7 +135,6 @@ __device__ u32 select_best(const float* key, u32 n, u32 count, u32 lane, u32& nt
   const bool spills = n > 32 * SEL_REG;
   if (spills)
     for (u32 e = lane + 32 * SEL_REG; e < n; e += 32) insert_desc(k, rank_key(key[e], e));
-  if (select_fast(k, !spills, count, lane, nth, taken)) return taken;
   for (u32 j = 0; j < count; ++j) {
     const u64 m = warp_max_key(k[0]);
     const u32 e = 0xFFFFFFFFu - (u32)m;  // 0 (no candidate) decodes to kNone
