@@ -179,7 +179,15 @@ pub fn import(
         )));
     }
     let shape: Vec<usize> = r.shape().iter().map(|&s| s.max(0) as usize).collect();
-    let nbytes = shape.iter().product::<usize>() * dtype.size();
+    let nbytes = shape
+        .iter()
+        .try_fold(dtype.size(), |n, &d| n.checked_mul(d))
+        .ok_or_else(|| PyValueError::new_err(format!("{what}: shape {shape:?} overflows")))?;
+    if what == "out" && imported.flags().contains(DlpackFlags::READ_ONLY) {
+        return Err(PyValueError::new_err(
+            "out: a read-only tensor (moekit writes the output into it)",
+        ));
+    }
     let base = r.data_ptr() as usize + r.byte_offset() as usize;
     let align = dtype.size().max(if is_cuda { 16 } else { 1 });
     if nbytes > 0 && !base.is_multiple_of(align) {

@@ -105,6 +105,10 @@ def test_errors_are_exceptions_with_moekit_messages():
         lay([[0.0] * h])
     with pytest.raises(moekit.MoekitError, match="out"):
         lay(np.zeros((2, h), np.float32), out=np.zeros((3, h), np.float32))
+    ro = np.zeros((2, h), np.float32)
+    ro.setflags(write=False)
+    with pytest.raises((ValueError, BufferError), match="read-only|readonly"):
+        lay(np.zeros((2, h), np.float32), out=ro)
     with pytest.raises(moekit.MoekitError, match="path"):
         lay(np.zeros((2, h), np.float32), path="fast")
     with pytest.raises(moekit.MoekitError):
