@@ -1,6 +1,6 @@
 //! Model shapes for synthetic benchmarks.
 
-use moekit::ops::route::{RouterKind, Scoring};
+use moekit::ops::route::{GroupMask, RouterKind, Scoring};
 
 /// An MoE layer shape and routing rule.
 #[derive(Debug, Clone)]
@@ -49,6 +49,7 @@ pub fn all() -> Vec<Preset> {
                 bias: None,
                 n_group: 1,
                 topk_group: 1,
+                dropped_groups: GroupMask::Zero,
                 norm_topk_prob: false,
                 routed_scaling_factor: 1.0,
             },

@@ -28,15 +28,18 @@
 //!   llama.cpp clamps the renormalising sum to ≥ 6.1e-5; a sum of the top-k
 //!   softmax probabilities is ≥ 1/E, so the clamp never acts.
 //! * deepseek2 / glm4moe → `Grouped { scoring, bias, n_group, topk_group,
-//!   norm, scale }`. Divergences from llama.cpp, which moekit handles so:
+//!   dropped_groups: GroupMask::NegInf, norm, scale }`. llama.cpp masks the
+//!   experts of the groups it drops with −∞ (`ggml_fill(.., -INFINITY)` in
+//!   `build_moe_ffn`): they are never chosen. mlx-lm (and so the safetensors
+//!   loader, [`GroupMask::Zero`]) sets their keys to 0, which lets them beat
+//!   kept experts whose biased score `sigmoid(l) + bias` is negative; with
+//!   negative `exp_probs_b` biases the two pick different experts, and this
+//!   loader follows llama.cpp (test: `fixtures/gguf/deepseek2_v3_negbias`).
+//!   Divergences from llama.cpp, which moekit handles so:
 //!   - groups with softmax gating: llama.cpp ranks groups by the sum of their
 //!     two best scores, moekit's `Grouped(Softmax)` by the best one → **error**;
 //!   - renormalising with k = 1: llama.cpp gives weight 1, moekit the score →
 //!     **error**;
-//!   - groups with sigmoid gating: llama.cpp sets the scores of dropped groups
-//!     to −∞, moekit (like mlx-lm) to 0. They agree whenever every kept
-//!     expert's biased score `sigmoid(l) + bias` is ≥ 0 (always true when all
-//!     biases are ≥ 0) — **accepted**, documented here;
 //!   - llama.cpp clamps the renormalising sum of sigmoid scores to ≥ 6.1e-5
 //!     (only matters when all k chosen sigmoids are below ~3e-5) — accepted.
 //! * Other gating functions (softmax_weight, sqrt_softplus) → error.
@@ -44,7 +47,7 @@
 use super::block::{layout, need, weights};
 use super::file::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
-use crate::ops::route::{RouterConfig, RouterKind, Scoring};
+use crate::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
 
 /// Architectures with MoE layers that moekit loads (llama.cpp names).
 pub const SUPPORTED_ARCHS: [&str; 8] = [
@@ -299,6 +302,8 @@ pub(crate) fn router_kind(
                 bias,
                 n_group: n_group.max(1),
                 topk_group: if n_group > 1 { topk_group } else { 1 },
+                // llama.cpp's masking (build_moe_ffn): see the module docs.
+                dropped_groups: GroupMask::NegInf,
                 norm_topk_prob: norm,
                 routed_scaling_factor: scale,
             }
@@ -328,6 +333,7 @@ pub(crate) fn describe(kind: &RouterKind, k: usize) -> String {
             bias,
             n_group,
             topk_group,
+            dropped_groups,
             norm_topk_prob,
             routed_scaling_factor,
         } => {
@@ -340,6 +346,16 @@ pub(crate) fn describe(kind: &RouterKind, k: usize) -> String {
             }
             if *n_group > 1 {
                 s += &format!(" → best {topk_group} of {n_group} groups");
+                if topk_group < n_group {
+                    s += &format!(
+                        " (dropped groups' keys {}{})",
+                        dropped_groups.label(),
+                        match dropped_groups {
+                            GroupMask::NegInf => ", as llama.cpp",
+                            GroupMask::Zero => ", as mlx-lm",
+                        }
+                    );
+                }
             }
             s += &format!(" → top-{k}");
             if *norm_topk_prob {

@@ -9,7 +9,7 @@
 
 use super::quant::QuantConfig;
 use crate::error::{Error, Result};
-use crate::ops::route::{RouterConfig, RouterKind, Scoring, MAX_EXPERTS, MAX_TOP_K};
+use crate::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring, MAX_EXPERTS, MAX_TOP_K};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
@@ -252,6 +252,8 @@ fn grouped(
         bias: None,
         n_group,
         topk_group,
+        // mlx-lm's masking (the oracle of this loader): see GroupMask.
+        dropped_groups: GroupMask::Zero,
         norm_topk_prob: f.bool_or("norm_topk_prob", norm_default)?,
         routed_scaling_factor: f.f32_or("routed_scaling_factor", 1.0)?,
     })
@@ -494,14 +496,19 @@ impl ModelConfig {
             }
             RouterKind::TopKSoftmax => format!("top-{} logits → softmax over the chosen", self.top_k),
             RouterKind::Gemma4 { .. } => "gemma4".into(),
-            RouterKind::Grouped { scoring, n_group, topk_group, norm_topk_prob, routed_scaling_factor, .. } => format!(
-                "{} scores{} → top-{} in the best {topk_group} of {n_group} groups{} × {routed_scaling_factor}",
+            RouterKind::Grouped { scoring, n_group, topk_group, dropped_groups, norm_topk_prob, routed_scaling_factor, .. } => format!(
+                "{} scores{} → top-{} in the best {topk_group} of {n_group} groups{}{} × {routed_scaling_factor}",
                 match scoring {
                     Scoring::Softmax => "softmax",
                     Scoring::Sigmoid => "sigmoid",
                 },
                 if self.needs_bias { " + e_score_correction_bias" } else { "" },
                 self.top_k,
+                if *n_group > 1 && topk_group < n_group {
+                    format!(" (dropped groups' keys {}, as mlx-lm)", dropped_groups.label())
+                } else {
+                    String::new()
+                },
                 if *norm_topk_prob { ", renormalised" } else { "" },
             ),
         }
