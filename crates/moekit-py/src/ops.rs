@@ -219,6 +219,7 @@ pub fn fused_experts(
     Ok((!had_out).then_some(Array::new(y, s)))
 }
 
+#[allow(clippy::too_many_arguments)] // one per keyword of route(...)
 pub(crate) fn parse_rule(
     rule: &str,
     norm_topk_prob: bool,

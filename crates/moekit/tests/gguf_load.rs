@@ -505,7 +505,13 @@ fn unsupported_types_and_architectures_are_named() {
     let mut b = read_bytes("olmoe_q5");
     assert!(replace_all(&mut b, b"olmoe", b"olmoz") > 1);
     let e = parse(b).unwrap_err().to_string();
-    assert!(e.contains("`olmoz` is not supported"), "{e}");
+    // The message names the key and lists the family table's architectures.
+    let list = moekit::load::family::gguf_archs().join(", ");
+    assert!(
+        e.contains("`general.architecture` `olmoz` is not supported")
+            && e.contains(&format!("(supported: {list})")),
+        "{e}"
+    );
 
     // Softmax routing with expert groups is refused (see load::gguf::arch).
     let mut b = read_bytes("deepseek2_v3");

@@ -1,10 +1,12 @@
 //! llama.cpp architectures → moekit MoE blocks.
 //!
-//! Each supported `general.architecture` is a `Family`: how llama.cpp's
-//! graph for it calls `build_moe_ffn` (gating function, renormalisation,
-//! scale, selection bias) and which shared expert it adds. The rules below are
-//! read from llama.cpp's `src/models/<arch>.cpp` and `build_moe_ffn`
-//! (`src/llama-graph.cpp`):
+//! The supported `general.architecture` values are the GGUF names of the
+//! family table ([`crate::load::family`]); each has an `ArchRule` here: how
+//! llama.cpp's graph for it calls `build_moe_ffn` (gating function,
+//! renormalisation, scale, selection bias) and which shared expert it adds
+//! (a unit test in `family.rs` checks every table name has one). The rules
+//! below are read from llama.cpp's `src/models/<arch>.cpp` and
+//! `build_moe_ffn` (`src/llama-graph.cpp`):
 //!
 //! | arch | gating | renormalise top-k | scale | bias | shared expert |
 //! |---|---|---|---|---|---|
@@ -49,17 +51,11 @@ use super::file::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
 use crate::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
 
-/// Architectures with MoE layers that moekit loads (llama.cpp names).
-pub const SUPPORTED_ARCHS: [&str; 8] = [
-    "llama",
-    "mixtral",
-    "qwen2moe",
-    "qwen3moe",
-    "qwen3next",
-    "olmoe",
-    "deepseek2",
-    "glm4moe",
-];
+/// Whether this module has a rule for `arch` (for the family table's test).
+#[cfg(test)]
+pub(crate) fn has_rule(arch: &str) -> bool {
+    ArchRule::rule(arch).is_some()
+}
 
 /// A hyper-parameter fixed by the architecture or read from a key.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,7 +95,7 @@ enum SharedRule {
 
 /// How one architecture's MoE layer is built (see the module docs).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Family {
+pub(crate) struct ArchRule {
     gating: Param<Scoring>,
     norm: Param<bool>,
     scale_key: bool,
@@ -108,11 +104,19 @@ pub(crate) struct Family {
     shared: SharedRule,
 }
 
-impl Family {
-    /// The family of a `general.architecture` value.
-    pub(crate) fn of(arch: &str) -> Option<Family> {
+impl ArchRule {
+    /// The rule of a `general.architecture` value; `None` unless the
+    /// architecture is in the family table ([`crate::load::family`]) and
+    /// has a rule here.
+    pub(crate) fn of(arch: &str) -> Option<ArchRule> {
+        crate::load::family::by_gguf_arch(arch)?;
+        ArchRule::rule(arch)
+    }
+
+    /// How llama.cpp builds `arch`'s MoE layer (the module docs' table).
+    fn rule(arch: &str) -> Option<ArchRule> {
         use Param::{Fixed, Key};
-        let softmax = |norm: bool, style: Style, shared: SharedRule| Family {
+        let softmax = |norm: bool, style: Style, shared: SharedRule| ArchRule {
             gating: Fixed(Scoring::Softmax),
             norm: Fixed(norm),
             scale_key: false,
@@ -126,7 +130,7 @@ impl Family {
             "qwen3next" => softmax(true, Style::SoftmaxTopK, SharedRule::Gated),
             "qwen2moe" => softmax(false, Style::SoftmaxTopK, SharedRule::Gated),
             "olmoe" => softmax(false, Style::SoftmaxTopK, SharedRule::None),
-            "deepseek2" => Family {
+            "deepseek2" => ArchRule {
                 gating: Key(Scoring::Softmax),
                 norm: Key(false),
                 scale_key: true,
@@ -134,7 +138,7 @@ impl Family {
                 bias: Need::Optional,
                 shared: SharedRule::Plain,
             },
-            "glm4moe" => Family {
+            "glm4moe" => ArchRule {
                 gating: Key(Scoring::Sigmoid),
                 norm: Key(false),
                 scale_key: true,
@@ -239,7 +243,7 @@ fn key_f64(file: &GgufFile, key: &str) -> Result<Option<f64>> {
 pub(crate) fn router_kind(
     file: &GgufFile,
     arch: &str,
-    fam: &Family,
+    fam: &ArchRule,
     layer: usize,
     top_k: usize,
     bias: Option<Vec<f32>>,
@@ -303,7 +307,7 @@ pub(crate) fn router_kind(
                 n_group: n_group.max(1),
                 topk_group: if n_group > 1 { topk_group } else { 1 },
                 // llama.cpp's masking (build_moe_ffn): see the module docs.
-                dropped_groups: GroupMask::NegInf,
+                dropped_groups: crate::load::family::GGUF_DROPPED_GROUPS,
                 norm_topk_prob: norm,
                 routed_scaling_factor: scale,
             }
@@ -380,7 +384,7 @@ pub(crate) type SharedTensors<'a> = (
 pub(crate) fn shared_tensors<'a>(
     file: &'a GgufFile,
     arch: &str,
-    fam: &Family,
+    fam: &ArchRule,
     layer: usize,
 ) -> Result<Option<SharedTensors<'a>>> {
     let present = match fam.shared {
@@ -408,7 +412,7 @@ pub(crate) fn shared_tensors<'a>(
 pub(crate) fn describe_shared(
     file: &GgufFile,
     arch: &str,
-    fam: &Family,
+    fam: &ArchRule,
     layer: usize,
 ) -> Result<Option<String>> {
     Ok(
@@ -430,7 +434,7 @@ pub(crate) fn describe_shared(
 pub(crate) fn router_config(
     file: &GgufFile,
     arch: &str,
-    fam: &Family,
+    fam: &ArchRule,
     layer: usize,
 ) -> Result<RouterConfig> {
     let (e, _, _, _) = layout(file, layer)?;
