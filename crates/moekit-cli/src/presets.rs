@@ -1,4 +1,6 @@
-//! Model shapes for synthetic benchmarks.
+//! Model shapes for synthetic benchmarks. Each preset of a loader family is
+//! listed under that family in `moekit::load::family::FAMILIES` (a test
+//! keeps the two in step); gpt-oss has no loader yet.
 
 use moekit::ops::route::{RouterKind, Scoring};
 
@@ -49,6 +51,9 @@ pub fn all() -> Vec<Preset> {
                 bias: None,
                 n_group: 1,
                 topk_group: 1,
+                // n_group = 1 drops no group, so the mask never acts; the
+                // safetensors loader's, as for DeepSeek-V2-Lite's config.json.
+                dropped_groups: moekit::load::family::SAFETENSORS_DROPPED_GROUPS,
                 norm_topk_prob: false,
                 routed_scaling_factor: 1.0,
             },
@@ -83,4 +88,50 @@ pub fn find(name: &str) -> Option<Preset> {
 
 pub fn names() -> String {
     all().iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use moekit::load::family::FAMILIES;
+
+    /// Presets without a loader family.
+    const NO_FAMILY: [&str; 1] = ["gpt-oss-20b"];
+
+    #[test]
+    fn qwen3_next_preset_matches_its_config() {
+        // Qwen/Qwen3-Next-80B-A3B-Instruct config.json: num_experts 512,
+        // num_experts_per_tok 10, hidden_size 2048, moe_intermediate_size 512,
+        // shared_expert_intermediate_size 512 (sigmoid-gated shared expert),
+        // norm_topk_prob true (also transformers' Qwen3NextConfig default;
+        // issue 13: the preset had it false).
+        let p = super::find("qwen3-next-80b").unwrap();
+        assert_eq!(
+            (p.n_experts, p.top_k, p.hidden, p.intermediate, p.shared),
+            (512, 10, 2048, 512, (512, true))
+        );
+        assert_eq!(
+            p.router,
+            moekit::ops::route::RouterKind::SoftmaxTopK {
+                norm_topk_prob: true
+            }
+        );
+    }
+
+    #[test]
+    fn presets_and_the_family_table_agree() {
+        for p in super::all() {
+            let fams: Vec<&str> = FAMILIES
+                .iter()
+                .filter(|f| f.presets.contains(&p.name))
+                .map(|f| f.name)
+                .collect();
+            let want = if NO_FAMILY.contains(&p.name) { 0 } else { 1 };
+            assert_eq!(fams.len(), want, "preset {}: families {fams:?}", p.name);
+        }
+        for f in FAMILIES {
+            for name in f.presets {
+                assert!(super::find(name).is_some(), "{}: no preset {name}", f.name);
+            }
+        }
+    }
 }

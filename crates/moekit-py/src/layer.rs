@@ -188,7 +188,7 @@ impl Layer {
     /// `[E, 2I, H]` with `up=None`), `down [E, H, I]`; routing `rule` with
     /// `top_k` and the rule's parameters as in `moekit.route`. No shared expert.
     #[staticmethod]
-    #[pyo3(signature = (router, gate, up, down, top_k, rule="softmax_topk", norm_topk_prob=true, bias=None, n_group=1, topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None))]
+    #[pyo3(signature = (router, gate, up, down, top_k, rule="softmax_topk", norm_topk_prob=true, bias=None, n_group=1, topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None, dropped_groups="zero"))]
     #[allow(clippy::too_many_arguments)]
     fn from_parts(
         router: &Experts,
@@ -203,6 +203,7 @@ impl Layer {
         topk_group: usize,
         routed_scaling_factor: f32,
         per_expert_scale: Option<Vec<f32>>,
+        dropped_groups: &str,
     ) -> PyResult<Layer> {
         let kind = crate::ops::parse_rule(
             rule,
@@ -212,6 +213,7 @@ impl Layer {
             topk_group,
             routed_scaling_factor,
             per_expert_scale,
+            dropped_groups,
         )?;
         let gate_up = match up {
             Some(u) => GateUp::separate(gate.w.clone(), u.w.clone()),

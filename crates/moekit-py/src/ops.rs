@@ -7,7 +7,7 @@ use crate::{err, on_stream, parse_device, parse_dtype, streams, MoekitError};
 use half::{bf16, f16};
 use moekit::format::{affine, ggml, storage_shapes, QuantWeights};
 use moekit::ops::act::GateUp;
-use moekit::ops::route::{RouterConfig, RouterKind, Routing, Scoring};
+use moekit::ops::route::{GroupMask, RouterConfig, RouterKind, Routing, Scoring};
 use moekit::{DType, Device, Tensor, WeightFormat};
 use pyo3::prelude::*;
 
@@ -219,6 +219,7 @@ pub fn fused_experts(
     Ok((!had_out).then_some(Array::new(y, s)))
 }
 
+#[allow(clippy::too_many_arguments)] // one per keyword of route(...)
 pub(crate) fn parse_rule(
     rule: &str,
     norm_topk_prob: bool,
@@ -227,7 +228,17 @@ pub(crate) fn parse_rule(
     topk_group: usize,
     routed_scaling_factor: f32,
     per_expert_scale: Option<Vec<f32>>,
+    dropped_groups: &str,
 ) -> PyResult<RouterKind> {
+    let dropped_groups = match dropped_groups {
+        "zero" => GroupMask::Zero,
+        "neg_inf" => GroupMask::NegInf,
+        other => {
+            return Err(MoekitError::new_err(format!(
+                "route: dropped_groups {other:?} (expected \"zero\" (mlx-lm) or \"neg_inf\" (llama.cpp))"
+            )))
+        }
+    };
     Ok(match rule {
         "softmax_topk" => RouterKind::SoftmaxTopK { norm_topk_prob },
         "topk_softmax" => RouterKind::TopKSoftmax,
@@ -245,6 +256,7 @@ pub(crate) fn parse_rule(
             bias,
             n_group,
             topk_group,
+            dropped_groups,
             norm_topk_prob,
             routed_scaling_factor,
         },
@@ -265,9 +277,12 @@ pub(crate) fn parse_rule(
 /// `gemma4` (needs `per_expert_scale`), `grouped_softmax` (DeepSeek-V2),
 /// `grouped_sigmoid` (DeepSeek-V3, GLM-4-MoE: `bias` =
 /// `e_score_correction_bias`, `n_group`, `topk_group`,
-/// `routed_scaling_factor`).
+/// `routed_scaling_factor`). Grouped rules: `dropped_groups` is the selection
+/// key of the experts of the groups not kept, `"zero"` (mlx-lm: still
+/// selectable, and ahead of kept experts whose biased score is negative) or
+/// `"neg_inf"` (llama.cpp: never selected).
 #[pyfunction]
-#[pyo3(signature = (logits, top_k, rule="softmax_topk", norm_topk_prob=true, bias=None, n_group=1, topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None, stream=None))]
+#[pyo3(signature = (logits, top_k, rule="softmax_topk", norm_topk_prob=true, bias=None, n_group=1, topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None, stream=None, dropped_groups="zero"))]
 #[allow(clippy::too_many_arguments)]
 pub fn route(
     py: Python<'_>,
@@ -281,6 +296,7 @@ pub fn route(
     routed_scaling_factor: f32,
     per_expert_scale: Option<Vec<f32>>,
     stream: Option<usize>,
+    dropped_groups: &str,
 ) -> PyResult<(Array, Array)> {
     let kind = parse_rule(
         rule,
@@ -290,6 +306,7 @@ pub fn route(
         topk_group,
         routed_scaling_factor,
         per_expert_scale,
+        dropped_groups,
     )?;
     let (s, ready) = streams(crate::dlpack::device_hint(logits)?, stream)?;
     let logits = import(logits, "logits", Kind::Float, ready)?;

@@ -135,6 +135,7 @@ def test_route_matches_the_reference_routing(case):
         bias=case.get("bias"), n_group=case.get("n_group", 1), topk_group=case.get("topk_group", 1),
         routed_scaling_factor=case.get("routed_scaling_factor", 1.0),
         per_expert_scale=case.get("per_expert_scale"),
+        dropped_groups=case.get("dropped_groups", "zero"),
     )
     want_ids = np.load(FIX / "route" / f"{name}_ids.npy")
     want_w = np.load(FIX / "route" / f"{name}_weights.npy")
@@ -146,6 +147,28 @@ def test_route_matches_the_reference_routing(case):
         assert got.keys() == want.keys(), (name, r)
         for e in want:
             assert abs(got[e] - want[e]) <= 1e-5 * max(1.0, abs(want[e])), (name, r, e)
+
+
+@pytest.mark.parametrize("case", [c for c in route_cases() if c.get("dropped_groups") == "neg_inf"],
+                         ids=lambda c: c["name"])
+def test_route_dropped_groups_zero_and_neg_inf(case):
+    # The llama.cpp cases (-inf masking of dropped groups) with the other rule, "zero"
+    # (mlx-lm, the default): the fixture's _zero_ids, differing on the listed rows.
+    name = case["name"]
+    logits = np.load(FIX / "route" / f"{name}_logits.npy")
+    kw = dict(rule="grouped_sigmoid", norm_topk_prob=case["norm_topk_prob"], bias=case["bias"],
+              n_group=case["n_group"], topk_group=case["topk_group"],
+              routed_scaling_factor=case["routed_scaling_factor"])
+    ids = {m: np.sort(np.asarray(moekit.route(logits, case["top_k"], dropped_groups=m, **kw)[1]), axis=1)
+           for m in ("zero", "neg_inf")}
+    default = np.sort(np.asarray(moekit.route(logits, case["top_k"], **kw)[1]), axis=1)
+    np.testing.assert_array_equal(ids["neg_inf"], np.load(FIX / "route" / f"{name}_ids.npy"))
+    np.testing.assert_array_equal(ids["zero"], np.load(FIX / "route" / f"{name}_zero_ids.npy"))
+    np.testing.assert_array_equal(default, ids["zero"])
+    differ = [r for r in range(logits.shape[0]) if not np.array_equal(ids["zero"][r], ids["neg_inf"][r])]
+    assert differ == case["differ_rows"] and differ, name
+    with pytest.raises(moekit.MoekitError, match="dropped_groups"):
+        moekit.route(logits, case["top_k"], dropped_groups="nan", **kw)
 
 
 def test_route_rejects_bad_rules():

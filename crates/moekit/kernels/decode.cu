@@ -50,6 +50,8 @@ enum DecodeRule : u32 {
   RULE_GEMMA4 = 2,
   RULE_GROUPED_SOFTMAX = 3,
   RULE_GROUPED_SIGMOID = 4,
+  RULE_KIND = 0xffu,                // the rule: the low byte of DecodeParams::rule
+  RULE_DROPPED_NEG_INF = 0x100u,    // flag: Grouped's dropped groups get key -inf (else 0)
 };
 
 struct DecodeParams {
@@ -199,13 +201,13 @@ __device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s
   rp.topk_group = p.topk_group;
   rp.norm_topk_prob = p.norm_topk_prob;
   rp.routed_scaling_factor = p.rsf;
-  rp.pad = 0;
+  rp.dropped_neg_inf = (p.rule & RULE_DROPPED_NEG_INF) ? 1u : 0u;
   const float* row = p.logits + (u64)t * (p.n_experts + 1);
   for (u32 e = w.tid(); e < w.n; e += w.size()) w.a[e] = row[e];
   w.sync();
   u32 id = route::kNone;
   float wt = 0.f;
-  switch (p.rule) {
+  switch (p.rule & RULE_KIND) {
     case RULE_SOFTMAX_TOPK: route::SoftmaxTopK::run(rp, w, id, wt); break;
     case RULE_TOPK_SOFTMAX: route::TopKSoftmax::run(rp, w, id, wt); break;
     case RULE_GEMMA4: route::Gemma4::run(rp, w, id, wt); break;

@@ -15,7 +15,7 @@ struct RouteParams {
   u32 n_tokens, n_experts, top_k, n_group;
   u32 topk_group, norm_topk_prob;
   float routed_scaling_factor;
-  u32 pad;
+  u32 dropped_neg_inf;       // Grouped: dropped groups' keys -inf (llama.cpp), else 0 (mlx-lm)
 };
 static_assert(sizeof(RouteParams) == 64, "RouteParams layout");
 
@@ -353,8 +353,9 @@ struct SigmoidScores {
 // (w.b), group-limited (group scores and kept flags in w.c), weights from s.
 template <class Scores>
 struct Grouped {
-  // Zeroes q outside the topk_group best of n_group groups (mlx-lm's masking:
-  // masked experts keep key 0.0 and stay selectable).
+  // Sets q outside the topk_group best of n_group groups to 0.0 (mlx-lm's
+  // masking: those experts stay selectable) or, with p.dropped_neg_inf, to
+  // -inf (llama.cpp's: never selected while a kept key is a number).
   template <class W>
   static __device__ void mask_groups(const RouteParams& p, const W& w) {
     const u32 g_n = p.n_group, size = w.n / g_n;
@@ -382,8 +383,9 @@ struct Grouped {
     w.sync();
     for (u32 g = w.tid(), j = 0; g < g_n; g += w.size(), ++j) w.c[g] = ((kept >> j) & 1u) ? 1.f : 0.f;
     w.sync();
+    const float dropped = p.dropped_neg_inf ? neg_inf() : 0.f;
     for (u32 e = w.tid(); e < w.n; e += w.size())
-      if (w.c[e / size] == 0.f) w.b[e] = 0.f;
+      if (w.c[e / size] == 0.f) w.b[e] = dropped;
     w.sync();
   }
 

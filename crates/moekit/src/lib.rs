@@ -35,9 +35,9 @@
 //!   sort, permute / unpermute, grouped (quantized) matmul, SwiGLU, norm
 //!   epilogues; each validates its arguments and has a `*_on(backend, ..)`
 //!   form.
-//! * Loaders' own types ([`load::gguf`], [`load::safetensors`]), `.npy`
-//!   input and output ([`npy`]), and CUDA specifics ([`cuda`]: device, CUDA
-//!   graphs, timing).
+//! * Loaders' own types ([`load::gguf`], [`load::safetensors`]; the table of
+//!   supported model families, [`load::family`]), `.npy` input and output
+//!   ([`npy`]), and CUDA specifics ([`cuda`]: device, CUDA graphs, timing).
 //! * Interop (the Python binding, `crates/moekit-py`, is built on it):
 //!   [`cuda::with_stream`] runs moekit on a caller's CUDA stream,
 //!   [`cuda::CudaBytes::from_borrowed`] and [`Bytes::external`] view memory

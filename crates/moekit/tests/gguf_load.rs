@@ -15,7 +15,7 @@ use moekit::load::gguf::{GgufCheckpoint, GgufFile, SharedBytes, Value};
 use moekit::load::Checkpoint;
 use moekit::npy::NpyArray;
 use moekit::ops::act::GateUp;
-use moekit::ops::route::{RouterKind, Scoring};
+use moekit::ops::route::{GroupMask, RouterKind, Scoring};
 use moekit::tensor::Storage;
 use moekit::{Backend, Bytes, Tensor, WeightFormat};
 use rand::Rng;
@@ -169,10 +169,14 @@ fn every_fixture_loads_with_the_right_summary() {
                         bias,
                         n_group,
                         topk_group,
+                        dropped_groups,
                         norm_topk_prob,
                         routed_scaling_factor,
                     },
                 ) => {
+                    // llama.cpp's masking of dropped groups, for every GGUF family.
+                    assert_eq!(*dropped_groups, GroupMask::NegInf, "{name}");
+                    assert_eq!(r["dropped_groups"], "neg_inf", "{name}");
                     let want = if r["scoring"] == "sigmoid" {
                         Scoring::Sigmoid
                     } else {
@@ -501,7 +505,13 @@ fn unsupported_types_and_architectures_are_named() {
     let mut b = read_bytes("olmoe_q5");
     assert!(replace_all(&mut b, b"olmoe", b"olmoz") > 1);
     let e = parse(b).unwrap_err().to_string();
-    assert!(e.contains("`olmoz` is not supported"), "{e}");
+    // The message names the key and lists the family table's architectures.
+    let list = moekit::load::family::gguf_archs().join(", ");
+    assert!(
+        e.contains("`general.architecture` `olmoz` is not supported")
+            && e.contains(&format!("(supported: {list})")),
+        "{e}"
+    );
 
     // Softmax routing with expert groups is refused (see load::gguf::arch).
     let mut b = read_bytes("deepseek2_v3");
@@ -731,4 +741,49 @@ fn names_in_messages_are_escaped_and_short() {
         e.len() < 600 && e.contains("\\0") && !e.contains('\0'),
         "{e}"
     );
+}
+
+/// `deepseek2_v3_negbias` (negative `exp_probs_b`): llama.cpp masks the
+/// dropped groups with −∞, mlx-lm with 0.0, and on this input the two pick
+/// different experts on every token. The loader chooses llama.cpp's rule and
+/// the CPU reference matches the numpy transcription of `build_moe_ffn` to
+/// NMSE ≤ 1e-10; the same block with mlx-lm's rule does not.
+#[test]
+fn negative_bias_fixture_follows_llama_cpp_group_masking() {
+    const NMSE_REF: f64 = 1e-10;
+    let name = "deepseek2_v3_negbias";
+    let ck = GgufCheckpoint::open(&gguf_path(name)).unwrap();
+    let s = ck.summary();
+    assert!(
+        s.router.contains("dropped groups' keys -inf, as llama.cpp"),
+        "{}",
+        s.router
+    );
+    let (x, want) = (input(name), reference(name, 1));
+    let block = ck.moe_block(1, &|_, _| {}).unwrap();
+    let got = block.forward_on(Backend::CpuReference, &x).unwrap().out;
+    let e = nmse(&got.to_f32_vec().unwrap(), &want);
+    println!("{name} CpuReference, GroupMask::NegInf: NMSE {e:.2e}");
+    assert!(e <= NMSE_REF, "{name}: NMSE {e:e} > {NMSE_REF:e}");
+
+    let mut parts = block.parts().clone();
+    match &mut parts.router.kind {
+        RouterKind::Grouped { dropped_groups, .. } => {
+            assert_eq!(*dropped_groups, GroupMask::NegInf);
+            *dropped_groups = GroupMask::Zero;
+        }
+        k => panic!("{name}: router {k:?}"),
+    }
+    let zero = moekit::moe::MoeBlock::new(parts).unwrap();
+    for backend in [Backend::CpuReference, Backend::CpuFast] {
+        let got = with_act_mode(ActMode::F32, || zero.forward_on(backend, &x))
+            .unwrap()
+            .out;
+        let e = nmse(&got.to_f32_vec().unwrap(), &want);
+        println!("{name} {backend:?}, GroupMask::Zero (mlx-lm's rule): NMSE {e:.2e}");
+        assert!(
+            e > 1e-3,
+            "{name} {backend:?}: the 0.0 mask matches too (NMSE {e:e})"
+        );
+    }
 }

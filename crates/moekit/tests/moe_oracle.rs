@@ -16,7 +16,7 @@ use moekit::format::AffineParams;
 use moekit::moe::{MoeBlock, MoeBlockParts, SharedExpert};
 use moekit::npy::{NpyArray, NpyDType};
 use moekit::ops::act::GateUp;
-use moekit::ops::route::{RouterConfig, RouterKind, Scoring};
+use moekit::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
 use serde_json::Value;
 use std::path::Path;
@@ -81,6 +81,7 @@ fn build(dir: &Path, cfg: &Value) -> MoeBlock {
             bias: Some(vecf(&npy(dir, "gate.e_score_correction_bias"))),
             n_group: cfg["n_group"].as_u64().unwrap() as usize,
             topk_group: cfg["topk_group"].as_u64().unwrap() as usize,
+            dropped_groups: GroupMask::Zero,
             norm_topk_prob: norm,
             routed_scaling_factor: cfg["routed_scaling_factor"].as_f64().unwrap() as f32,
         },

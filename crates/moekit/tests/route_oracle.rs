@@ -1,12 +1,14 @@
-//! `ops::route` against mlx-lm's gate code (fixtures from
-//! `scripts/fixtures/route.py`), fast == reference, and argument rejection.
+//! `ops::route` against mlx-lm's gate code and, for the cases with
+//! `dropped_groups: "neg_inf"`, a numpy transcription of llama.cpp's
+//! `build_moe_ffn` (fixtures from `scripts/fixtures/route.py`), fast ==
+//! reference, and argument rejection.
 //!
 //! Thresholds: ids exactly equal (as a set per token: mlx's slot order is
 //! `argpartition`'s); weights NMSE ≤ 1e-10 against mlx-lm's f32 weights
 //! (paired by expert id); fast and reference bit-identical.
 
 use moekit::npy::NpyArray;
-use moekit::ops::route::{route, route_on, RouterConfig, RouterKind, Scoring};
+use moekit::ops::route::{route, route_on, GroupMask, RouterConfig, RouterKind, Scoring};
 use moekit::{Backend, DType, Tensor};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -53,6 +55,11 @@ fn config(c: &Value) -> RouterConfig {
             bias: (!c["bias"].is_null()).then(|| f32_list(&c["bias"])),
             n_group: c["n_group"].as_u64().expect("n_group") as usize,
             topk_group: c["topk_group"].as_u64().expect("topk_group") as usize,
+            dropped_groups: match c["dropped_groups"].as_str() {
+                None | Some("zero") => GroupMask::Zero,
+                Some("neg_inf") => GroupMask::NegInf,
+                Some(other) => panic!("unknown dropped_groups {other}"),
+            },
             norm_topk_prob: c["norm_topk_prob"].as_bool().expect("bool"),
             routed_scaling_factor: c["routed_scaling_factor"].as_f64().expect("rsf") as f32,
         },
@@ -130,7 +137,10 @@ fn matches_mlx_lm_gate_code() {
                 r.weights.as_slice::<f32>().expect("w").to_vec(),
             );
             let (si, sw) = by_id(&ids, &w, cfg.top_k);
-            assert_eq!(si, want_ids, "{name} {backend:?}: ids differ from mlx-lm");
+            assert_eq!(
+                si, want_ids,
+                "{name} {backend:?}: ids differ from the oracle"
+            );
             let e = nmse(&sw, &want_w);
             assert!(
                 e <= NMSE_MAX,
@@ -194,14 +204,23 @@ fn all_kinds(rng: &mut impl Rng, e: usize) -> Vec<RouterKind> {
         for n_group in [1, 8, 32] {
             if e.is_multiple_of(n_group) {
                 let topk_group = (n_group / 2).max(1);
-                kinds.push(RouterKind::Grouped {
-                    scoring,
-                    bias: bias.clone(),
-                    n_group,
-                    topk_group,
-                    norm_topk_prob: norm,
-                    routed_scaling_factor: 2.5,
-                });
+                // The mask matters only where groups are dropped.
+                let masks: &[GroupMask] = if n_group > 1 {
+                    &[GroupMask::Zero, GroupMask::NegInf]
+                } else {
+                    &[GroupMask::Zero]
+                };
+                for &dropped_groups in masks {
+                    kinds.push(RouterKind::Grouped {
+                        scoring,
+                        bias: bias.clone(),
+                        n_group,
+                        topk_group,
+                        dropped_groups,
+                        norm_topk_prob: norm,
+                        routed_scaling_factor: 2.5,
+                    });
+                }
             }
         }
     }
@@ -299,6 +318,7 @@ fn grouped(n_group: usize, topk_group: usize) -> RouterKind {
         bias: None,
         n_group,
         topk_group,
+        dropped_groups: GroupMask::Zero,
         norm_topk_prob: true,
         routed_scaling_factor: 1.0,
     }
@@ -382,6 +402,7 @@ fn rejects_invalid_arguments() {
                     bias: Some(vec![0.0; 9]),
                     n_group: 1,
                     topk_group: 1,
+                    dropped_groups: GroupMask::Zero,
                     norm_topk_prob: true,
                     routed_scaling_factor: 1.0,
                 },
@@ -419,6 +440,7 @@ fn rejects_invalid_arguments() {
                     bias: None,
                     n_group: 1,
                     topk_group: 1,
+                    dropped_groups: GroupMask::Zero,
                     norm_topk_prob: false,
                     routed_scaling_factor: f32::NAN,
                 },
@@ -435,6 +457,7 @@ fn rejects_invalid_arguments() {
                     bias: None,
                     n_group: 1,
                     topk_group: 1,
+                    dropped_groups: GroupMask::Zero,
                     norm_topk_prob: false,
                     routed_scaling_factor: f32::INFINITY,
                 },
@@ -475,27 +498,39 @@ fn grouped_slot_order_and_masked_groups_by_hand() {
         .map(|&x| 1.0 / (1.0 + (-(x as f64)).exp()))
         .collect();
     let logits = Tensor::from_f32(&l, &[1, 8], DType::F32).expect("t");
-    let kind = |b: f32| RouterKind::Grouped {
+    let kind = |b: f32, dropped_groups| RouterKind::Grouped {
         scoring: Scoring::Sigmoid,
         bias: Some(vec![b; 8]),
         n_group: 4,
         topk_group: 2,
+        dropped_groups,
         norm_topk_prob: true,
         routed_scaling_factor: 2.0,
     };
     // bias 0: group scores (top-2 sums) 1.150, 1.221, 1.000, 1.025 → keep groups 1, 0;
     // expert 4 (the best score) is dropped with its group. Slots by descending score.
-    // bias -0.7: all kept keys but expert 0's are negative, so the dropped groups'
-    // zeroed keys win next, lowest index first (mlx-lm's put_along_axis(.., 0.0)).
-    for (b, ids) in [(0.0, [0u32, 2, 3]), (-0.7, [0, 4, 5])] {
+    // bias -0.7: all kept keys but expert 0's are negative, so with GroupMask::Zero
+    // the dropped groups' zeroed keys win next, lowest index first (mlx-lm's
+    // put_along_axis(.., 0.0)); with GroupMask::NegInf (llama.cpp) the kept
+    // experts win whatever their sign.
+    for (b, mask, ids) in [
+        (0.0, GroupMask::Zero, [0u32, 2, 3]),
+        (0.0, GroupMask::NegInf, [0, 2, 3]),
+        (-0.7, GroupMask::Zero, [0, 4, 5]),
+        (-0.7, GroupMask::NegInf, [0, 2, 3]),
+    ] {
         let cfg = RouterConfig {
-            kind: kind(b),
+            kind: kind(b, mask),
             n_experts: 8,
             top_k: 3,
         };
         for backend in [Backend::CpuReference, Backend::CpuFast] {
             let r = route_on(backend, &logits, &cfg).expect("route");
-            assert_eq!(r.ids.as_slice::<u32>().expect("ids"), &ids, "bias {b}");
+            assert_eq!(
+                r.ids.as_slice::<u32>().expect("ids"),
+                &ids,
+                "bias {b} {mask:?}"
+            );
             let sum: f64 = ids.iter().map(|&e| s[e as usize]).sum();
             let want: Vec<f32> = ids
                 .iter()
@@ -505,4 +540,82 @@ fn grouped_slot_order_and_masked_groups_by_hand() {
             assert!(e <= NMSE_MAX, "bias {b}: NMSE {e:e}");
         }
     }
+}
+
+/// The fixtures' llama.cpp cases (`dropped_groups: "neg_inf"`, oracle: the
+/// numpy transcription of `build_moe_ffn`, checked against moekit with
+/// `GroupMask::NegInf` by `matches_mlx_lm_gate_code`) routed with the other
+/// mask, `GroupMask::Zero`, give the mlx-lm rule's experts (`_zero_ids.npy`),
+/// which differ from llama.cpp's exactly on the rows listed in `differ_rows`.
+#[test]
+fn llama_cpp_cases_differ_from_the_zero_mask_where_listed() {
+    let dir = fixtures();
+    let cases: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("cases.json")).expect("cases.json"))
+            .expect("json");
+    let mut seen = 0;
+    for c in cases.as_array().expect("list") {
+        if c["dropped_groups"].as_str() != Some("neg_inf") {
+            continue;
+        }
+        seen += 1;
+        let name = c["name"].as_str().expect("name");
+        let inf = config(c);
+        let RouterKind::Grouped {
+            dropped_groups: GroupMask::NegInf,
+            ..
+        } = inf.kind
+        else {
+            panic!("{name}: {:?}", inf.kind)
+        };
+        let mut zero = inf.clone();
+        if let RouterKind::Grouped { dropped_groups, .. } = &mut zero.kind {
+            *dropped_groups = GroupMask::Zero;
+        }
+        let logits = NpyArray::read(dir.join(format!("{name}_logits.npy")))
+            .expect("logits")
+            .to_tensor()
+            .expect("tensor");
+        let read_ids = |suffix: &str| {
+            NpyArray::read(dir.join(format!("{name}_{suffix}.npy")))
+                .expect("ids")
+                .to_u32()
+                .expect("u32")
+        };
+        let (want_inf, want_zero) = (read_ids("ids"), read_ids("zero_ids"));
+        let k = inf.top_k;
+        let differ: Vec<usize> = c["differ_rows"]
+            .as_array()
+            .expect("differ_rows")
+            .iter()
+            .map(|v| v.as_u64().expect("row") as usize)
+            .collect();
+        assert!(!differ.is_empty(), "{name}: no row where the masks differ");
+        for backend in [Backend::CpuReference, Backend::CpuFast] {
+            let ids = |cfg: &RouterConfig| {
+                let r = route_on(backend, &logits, cfg).expect("route");
+                by_id(
+                    r.ids.as_slice::<u32>().expect("ids"),
+                    r.weights.as_slice::<f32>().expect("w"),
+                    k,
+                )
+                .0
+            };
+            let (got_inf, got_zero) = (ids(&inf), ids(&zero));
+            assert_eq!(got_inf, want_inf, "{name} {backend:?}: NegInf ids");
+            assert_eq!(got_zero, want_zero, "{name} {backend:?}: Zero ids");
+            let rows: Vec<usize> = got_inf
+                .chunks(k)
+                .zip(got_zero.chunks(k))
+                .enumerate()
+                .filter(|(_, (a, b))| a != b)
+                .map(|(t, _)| t)
+                .collect();
+            assert_eq!(
+                rows, differ,
+                "{name} {backend:?}: rows where the masks differ"
+            );
+        }
+    }
+    assert!(seen >= 2, "expected the llama.cpp cases, found {seen}");
 }

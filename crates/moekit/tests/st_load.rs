@@ -421,7 +421,13 @@ fn config_errors_are_clear() {
     let t = TempCase::new("qwen3_moe_mlx_q4");
     t.edit_json("config.json", |c| c["model_type"] = "llama".into());
     let e = err_text(open(&t.0));
-    assert!(e.contains("llama") && e.contains("qwen3_moe"), "{e}");
+    let list = moekit::load::family::model_types().join(", ");
+    assert!(
+        e.contains("`model_type` = \"llama\" is not supported")
+            && e.contains(&format!("(supported: {list})"))
+            && e.contains("config.json"),
+        "{e}"
+    );
 
     let t = TempCase::new("qwen3_moe_mlx_q4");
     t.edit_json("config.json", |c| {

@@ -135,14 +135,17 @@ class Layer:
 
     @staticmethod
     def from_parts(router, gate, up, down, top_k, rule="softmax_topk", norm_topk_prob=True, bias=None,
-                   n_group=1, topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None):
+                   n_group=1, topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None,
+                   dropped_groups="zero"):
         """A layer from moekit.Experts: router [1, E, H], gate and up [E, I, H]
-        (or a fused gate_up [E, 2I, H] as `gate` with up=None), down [E, H, I]."""
+        (or a fused gate_up [E, 2I, H] as `gate` with up=None), down [E, H, I];
+        routing as in `moekit.route`."""
         return Layer(_moekit.Layer.from_parts(
             router, gate, up, down, top_k, rule, norm_topk_prob,
             None if bias is None else [float(b) for b in bias], n_group, topk_group,
             float(routed_scaling_factor),
-            None if per_expert_scale is None else [float(s) for s in per_expert_scale]))
+            None if per_expert_scale is None else [float(s) for s in per_expert_scale],
+            dropped_groups=str(dropped_groups)))
 
     def forward_with_routing(self, x):
         """(y, topk_weights float32 [T, k], topk_ids int32 [T, k])."""
@@ -195,15 +198,17 @@ def open(path):
 
 
 def route(logits, top_k, rule="softmax_topk", norm_topk_prob=True, bias=None, n_group=1,
-          topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None):
+          topk_group=1, routed_scaling_factor=1.0, per_expert_scale=None, dropped_groups="zero"):
     """(topk_weights float32 [T, k], topk_ids int32 [T, k]) for router logits
     [T, E], in logits' framework. Rules: softmax_topk, topk_softmax, gemma4,
-    grouped_softmax, grouped_sigmoid (see the native docstring)."""
+    grouped_softmax, grouped_sigmoid (see the native docstring). Grouped rules:
+    `dropped_groups` = "zero" (mlx-lm: the experts of dropped groups get key 0
+    and stay selectable) or "neg_inf" (llama.cpp: never selected)."""
     w, i = _moekit.route(logits, top_k, rule, norm_topk_prob,
                          None if bias is None else [float(b) for b in bias], n_group, topk_group,
                          float(routed_scaling_factor),
                          None if per_expert_scale is None else [float(s) for s in per_expert_scale],
-                         _stream(logits))
+                         _stream(logits), dropped_groups=str(dropped_groups))
     return _wrap(w, logits), _wrap(i, logits)
 
 

@@ -6,6 +6,7 @@
 //!
 //! [`open`] detects the format and returns a [`Checkpoint`].
 
+pub mod family;
 pub mod gguf;
 pub mod safetensors;
 

@@ -33,6 +33,45 @@ pub enum Scoring {
     Sigmoid,
 }
 
+/// What the grouped router ([`RouterKind::Grouped`]) writes into the
+/// selection keys of the experts of the groups it drops. The two reference
+/// implementations differ here, and they pick different experts when a kept
+/// expert's key `s[e] + bias[e]` is negative (possible only with a negative
+/// selection bias, or NaN keys); with every kept key `≥ 0` both rules choose
+/// the same experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupMask {
+    /// `0.0`, as mlx-lm's `group_expert_select` (`put_along_axis(.., 0.0)`)
+    /// and V2 `MoEGate`: the dropped groups' experts stay selectable; one of
+    /// them (key `0.0`, lowest index first among them) wins over every kept
+    /// expert whose key is negative. The safetensors loader's rule.
+    Zero,
+    /// `−∞`, as llama.cpp's `build_moe_ffn` (`ggml_fill(.., -INFINITY)`): the
+    /// dropped groups' experts are never chosen while a kept expert's key is
+    /// a number (`k ≤ topk_group · E / n_group` guarantees enough of them; a
+    /// NaN key ranks below `−∞`). The GGUF loader's rule.
+    NegInf,
+}
+
+impl GroupMask {
+    /// The key a dropped group's experts get: `0.0` or `−∞`.
+    #[inline(always)]
+    pub fn key(self) -> f32 {
+        match self {
+            GroupMask::Zero => 0.0,
+            GroupMask::NegInf => f32::NEG_INFINITY,
+        }
+    }
+
+    /// `"0"` or `"-inf"`, for descriptions.
+    pub fn label(self) -> &'static str {
+        match self {
+            GroupMask::Zero => "0",
+            GroupMask::NegInf => "-inf",
+        }
+    }
+}
+
 /// The routing rule of a model family.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RouterKind {
@@ -69,9 +108,12 @@ pub enum RouterKind {
     ///    group's two largest `q` (the one `q` for groups of one), with
     ///    [`Scoring::Softmax`] the largest `q` (V2 group-limited greedy). The
     ///    `topk_group` best groups are kept (ties → lower group index); in
-    ///    every other group `q` is set to `0.0` — as in mlx-lm, those experts
-    ///    stay selectable and win over kept experts whose `q` is negative.
-    ///    `n_group = 1` is plain greedy top-k (V2 `greedy`).
+    ///    every other group `q` is set to `dropped_groups.key()`: `0.0`
+    ///    ([`GroupMask::Zero`], mlx-lm: those experts stay selectable and win
+    ///    over kept experts whose `q` is negative) or `−∞`
+    ///    ([`GroupMask::NegInf`], llama.cpp: never selected). Nothing is
+    ///    masked when `n_group = 1` (plain greedy top-k, V2 `greedy`) or
+    ///    `topk_group = n_group`.
     /// 3. Top-k over `q`; weights `w = s[chosen]` (unbiased, unmasked).
     /// 4. If `norm_topk_prob` and `k > 1`: `w /= Σ w` (no epsilon, as mlx-lm;
     ///    skipped when `Σ w` is 0, where mlx-lm would give NaN).
@@ -85,6 +127,8 @@ pub enum RouterKind {
         n_group: usize,
         /// groups kept per token.
         topk_group: usize,
+        /// the selection key of the dropped groups' experts (step 2).
+        dropped_groups: GroupMask,
         /// renormalise the chosen k.
         norm_topk_prob: bool,
         /// final multiplier of the weights.

@@ -6,7 +6,7 @@ use moekit::cpu::{with_act_mode, ActMode};
 use moekit::format::random::random_weights;
 use moekit::moe::{MoeBlock, MoeBlockParts, MoePath, SharedExpert};
 use moekit::ops::act::GateUp;
-use moekit::ops::route::{RouterConfig, RouterKind, Scoring};
+use moekit::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
 use moekit::{Backend, DType, Device, Tensor, WeightFormat};
 
 fn rules(e: usize) -> Vec<RouterKind> {
@@ -25,9 +25,10 @@ fn rules(e: usize) -> Vec<RouterKind> {
         },
         RouterKind::Grouped {
             scoring: Scoring::Sigmoid,
-            bias: Some(bias),
+            bias: Some(bias.clone()),
             n_group: 4,
             topk_group: 2,
+            dropped_groups: GroupMask::Zero,
             norm_topk_prob: true,
             routed_scaling_factor: 2.5,
         },
@@ -36,10 +37,27 @@ fn rules(e: usize) -> Vec<RouterKind> {
             bias: None,
             n_group: 1,
             topk_group: 1,
+            dropped_groups: GroupMask::Zero,
             norm_topk_prob: false,
             routed_scaling_factor: 1.0,
         },
     ]
+    .into_iter()
+    // Every kept key negative (bias ≤ -1.4 < -sigmoid): the two masks of
+    // dropped groups choose different experts (mlx-lm's 0.0 picks dropped
+    // experts, llama.cpp's −∞ only kept ones).
+    .chain(
+        [GroupMask::Zero, GroupMask::NegInf].map(|dropped_groups| RouterKind::Grouped {
+            scoring: Scoring::Sigmoid,
+            bias: Some(bias.iter().map(|b| b - 1.5).collect()),
+            n_group: 8,
+            topk_group: 3,
+            dropped_groups,
+            norm_topk_prob: true,
+            routed_scaling_factor: 1.5,
+        }),
+    )
+    .collect()
 }
 
 struct Shape {

@@ -10,7 +10,7 @@
 //! Sort: offsets, sorted and inverse bit-exact.
 
 use crate::common::*;
-use moekit::ops::route::{route_on, RouterConfig, RouterKind, Routing, Scoring};
+use moekit::ops::route::{route_on, GroupMask, RouterConfig, RouterKind, Routing, Scoring};
 use moekit::ops::sort::{expert_sort_on, ExpertSort};
 use moekit::testing::cuda::route::route_into;
 use moekit::testing::cuda::sort::expert_sort_into;
@@ -48,8 +48,33 @@ fn grouped(
         bias,
         n_group: groups.0,
         topk_group: groups.1,
+        dropped_groups: GroupMask::Zero,
         norm_topk_prob: norm,
         routed_scaling_factor: rsf,
+    }
+}
+
+/// `kind` with the dropped groups' keys −∞ (llama.cpp) instead of 0.0.
+fn neg_inf(kind: RouterKind) -> RouterKind {
+    match kind {
+        RouterKind::Grouped {
+            scoring,
+            bias,
+            n_group,
+            topk_group,
+            norm_topk_prob,
+            routed_scaling_factor,
+            ..
+        } => RouterKind::Grouped {
+            scoring,
+            bias,
+            n_group,
+            topk_group,
+            dropped_groups: GroupMask::NegInf,
+            norm_topk_prob,
+            routed_scaling_factor,
+        },
+        other => other,
     }
 }
 
@@ -159,6 +184,50 @@ fn configs() -> Vec<(&'static str, RouterConfig)> {
                 ),
             ),
         ),
+        // The same with llama.cpp's −∞: only kept experts are chosen.
+        (
+            "masked -inf (llama.cpp)",
+            cfg(
+                64,
+                4,
+                neg_inf(grouped(
+                    Sigmoid,
+                    Some(uniform(64, -2.0, -1.9, 15)),
+                    (8, 2),
+                    false,
+                    1.0,
+                )),
+            ),
+        ),
+        // DeepSeek-V3's shape with negative biases of mixed effect, −∞ masking.
+        (
+            "deepseek-v3 -inf, negative bias",
+            cfg(
+                256,
+                8,
+                neg_inf(grouped(
+                    Sigmoid,
+                    Some(uniform(256, -0.9, -0.3, 16)),
+                    (8, 4),
+                    true,
+                    2.5,
+                )),
+            ),
+        ),
+        (
+            "grouped softmax -inf",
+            cfg(
+                160,
+                6,
+                neg_inf(grouped(
+                    Softmax,
+                    Some(uniform(160, -0.02, 0.0, 17)),
+                    (8, 3),
+                    true,
+                    1.0,
+                )),
+            ),
+        ),
     ]
 }
 
@@ -205,6 +274,20 @@ fn configs_1024() -> Vec<(&'static str, RouterConfig)> {
                     true,
                     2.5,
                 ),
+            ),
+        ),
+        (
+            "1024 grouped sigmoid -inf, negative bias",
+            cfg(
+                e,
+                k,
+                neg_inf(grouped(
+                    Sigmoid,
+                    Some(uniform(e, -0.8, -0.4, 23)),
+                    (32, 8),
+                    true,
+                    2.5,
+                )),
             ),
         ),
     ]
@@ -403,6 +486,47 @@ fn route_special_values_match_cpu() {
             }
         }
     }
+}
+
+#[test]
+fn route_dropped_group_masks_match_cpu_and_differ() {
+    // Kept keys of both signs (bias -0.9..-0.3, sigmoid in (0, 1)): the
+    // masks of dropped groups (0.0 as mlx-lm, −∞ as llama.cpp) choose
+    // different experts on many tokens; each rule's GPU routing (standalone
+    // kernel) equals its CPU reference.
+    let (t, e, k) = (256, 64, 6);
+    let bias = uniform(e, -0.9, -0.3, 41);
+    let zero = cfg(
+        e,
+        k,
+        grouped(Scoring::Sigmoid, Some(bias), (8, 3), true, 2.5),
+    );
+    let inf = cfg(e, k, neg_inf(zero.kind.clone()));
+    let x: Vec<f32> = random(&[t, e], DType::F32, 42)
+        .to_f32_vec()
+        .unwrap()
+        .iter()
+        .map(|v| 4.0 * v)
+        .collect();
+    let mut cpu_ids = Vec::new();
+    for c in [&zero, &inf] {
+        for dt in DTYPES {
+            let logits = Tensor::from_f32(&x, &[t, e], dt).unwrap();
+            check_route(&logits, c, &format!("{:?} {dt}", c.kind));
+        }
+        let logits = Tensor::from_f32(&x, &[t, e], DType::F32).unwrap();
+        let r = route_on(Backend::CpuReference, &logits, c).unwrap();
+        cpu_ids.push(r.ids.as_slice::<u32>().unwrap().to_vec());
+    }
+    let differ = cpu_ids[0]
+        .chunks(k)
+        .zip(cpu_ids[1].chunks(k))
+        .filter(|(a, b)| a != b)
+        .count();
+    assert!(
+        differ >= t / 8,
+        "the masks differ on only {differ} of {t} tokens"
+    );
 }
 
 #[test]

@@ -137,6 +137,7 @@ fn route_token(sc: &mut Scratch, cfg: &RouterConfig, id: &mut [u32], w: &mut [f3
             bias,
             n_group,
             topk_group,
+            dropped_groups,
             norm_topk_prob,
             routed_scaling_factor,
         } => {
@@ -159,7 +160,7 @@ fn route_token(sc: &mut Scratch, cfg: &RouterConfig, id: &mut [u32], w: &mut [f3
                 None => q.copy_from_slice(s),
             }
             if *n_group > 1 {
-                mask_groups(q, *scoring, *n_group, *topk_group);
+                mask_groups(q, *scoring, *n_group, *topk_group, dropped_groups.key());
             }
             let top = TopK::of(q, k);
             for ((&e, i), x) in top.indices().iter().zip(id.iter_mut()).zip(w.iter_mut()) {
@@ -174,8 +175,9 @@ fn route_token(sc: &mut Scratch, cfg: &RouterConfig, id: &mut [u32], w: &mut [f3
     }
 }
 
-/// Keeps the `topk_group` best of `n_group` groups of `q`; zeroes the rest.
-fn mask_groups(q: &mut [f32], scoring: Scoring, n_group: usize, topk_group: usize) {
+/// Keeps the `topk_group` best of `n_group` groups of `q`; sets the keys of
+/// the rest to `dropped` (`0.0` or `−∞`, [`crate::ops::route::GroupMask`]).
+fn mask_groups(q: &mut [f32], scoring: Scoring, n_group: usize, topk_group: usize, dropped: f32) {
     let size = q.len() / n_group;
     let mut kept = [false; crate::ops::route::MAX_EXPERTS];
     if topk_group <= MAX_TOP_K {
@@ -202,7 +204,7 @@ fn mask_groups(q: &mut [f32], scoring: Scoring, n_group: usize, topk_group: usiz
     }
     for (gi, g) in q.chunks_mut(size).enumerate() {
         if !kept[gi] {
-            g.iter_mut().for_each(|x| *x = 0.0);
+            g.iter_mut().for_each(|x| *x = dropped);
         }
     }
 }

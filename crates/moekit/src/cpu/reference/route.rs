@@ -66,6 +66,7 @@ fn route_token(l: &[f32], cfg: &RouterConfig) -> Vec<(usize, f32)> {
             bias,
             n_group,
             topk_group,
+            dropped_groups,
             norm_topk_prob,
             routed_scaling_factor,
         } => {
@@ -92,7 +93,7 @@ fn route_token(l: &[f32], cfg: &RouterConfig) -> Vec<(usize, f32)> {
                 let kept = top_k(&group_scores, *topk_group);
                 for (gi, g) in q.chunks_mut(size).enumerate() {
                     if !kept.contains(&gi) {
-                        g.iter_mut().for_each(|x| *x = 0.0);
+                        g.iter_mut().for_each(|x| *x = dropped_groups.key());
                     }
                 }
             }

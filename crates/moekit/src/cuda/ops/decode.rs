@@ -143,7 +143,11 @@ const _: () = assert!(std::mem::size_of::<DecodeParams>() == 520);
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
 
-/// The routing rule as the kernel's `DecodeRule`.
+/// `DecodeRule`'s flag bit: the grouped router's dropped groups get key −∞
+/// ([`crate::ops::route::GroupMask::NegInf`]), else 0.
+const RULE_DROPPED_NEG_INF: u32 = 0x100;
+
+/// The routing rule as the kernel's `DecodeRule` (low byte; the flag is added by the caller).
 fn rule_code(kind: &RouterKind) -> u32 {
     match kind {
         RouterKind::SoftmaxTopK { .. } => 0,
@@ -492,7 +496,8 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         at(7),
         at(8),
     );
-    let (vec, n_group, topk_group, norm, rsf) = rule_params(&dev, &p.router.kind)?;
+    let rule = rule_params(&dev, &p.router.kind)?;
+    let vec = rule.vec.as_ref();
     let [(gw, go), (uw, uo)] = p.gate_up.sources();
     let none = DecodeW::default();
     let (sg, su, sd, sgate) = match &p.shared {
@@ -524,7 +529,7 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         offsets,
         slots,
         act,
-        rvec: vec.as_ref().map_or(0, |v| v.ptr()),
+        rvec: vec.map_or(0, |v| v.ptr()),
         err: dev.error_word(),
         y: if mma { at(9) } else { 0 },
         tile_tickets: dev.tile_tickets(),
@@ -540,11 +545,16 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         hidden: h as u32,
         n_experts: e as u32,
         top_k: k as u32,
-        n_group: n_group as u32,
-        topk_group: topk_group as u32,
-        norm_topk_prob: norm as u32,
-        rule: rule_code(&p.router.kind),
-        rsf,
+        n_group: rule.n_group as u32,
+        topk_group: rule.topk_group as u32,
+        norm_topk_prob: rule.norm_topk_prob as u32,
+        rule: rule_code(&p.router.kind)
+            | if rule.dropped_neg_inf {
+                RULE_DROPPED_NEG_INF
+            } else {
+                0
+            },
+        rsf: rule.routed_scaling_factor,
         act_stride: stride as u32,
         max_active: max_active as u32,
         route_warps: plan.route_warps as u32,

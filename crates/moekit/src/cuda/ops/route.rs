@@ -21,7 +21,7 @@ use crate::cuda::storage::CudaBytes;
 use crate::cuda::CudaDevice;
 use crate::dtype::DType;
 use crate::error::{ensure, Error, Result};
-use crate::ops::route::{RouterConfig, RouterKind, Routing, Scoring};
+use crate::ops::route::{GroupMask, RouterConfig, RouterKind, Routing, Scoring};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -53,7 +53,8 @@ struct RouteParams {
     topk_group: u32,
     norm_topk_prob: u32,
     routed_scaling_factor: f32,
-    pad: u32,
+    /// Grouped: 1 when the dropped groups' keys are −∞ ([`GroupMask::NegInf`]), 0 for `0.0`.
+    dropped_neg_inf: u32,
 }
 const _: () = assert!(std::mem::size_of::<RouteParams>() == 64);
 // SAFETY: plain-old-data mirrored by the kernel's RouteParams.
@@ -83,6 +84,7 @@ fn every_kind() -> [RouterKind; 5] {
         bias: None,
         n_group: 1,
         topk_group: 1,
+        dropped_groups: GroupMask::Zero,
         norm_topk_prob: false,
         routed_scaling_factor: 1.0,
     };
@@ -145,39 +147,50 @@ fn expert_vector(dev: &Arc<CudaDevice>, v: &[f32]) -> Result<CudaBytes> {
     Ok(b)
 }
 
-/// The kernel-side values of a rule: per-expert vector on the device (Gemma-4
-/// scale or grouped bias), n_group, topk_group, renormalise, scaling factor.
-pub(crate) fn rule_params(
-    dev: &Arc<CudaDevice>,
-    kind: &RouterKind,
-) -> Result<(Option<CudaBytes>, usize, usize, bool, f32)> {
+/// The kernel-side values of a rule (shared by `route.cu` and `decode.cu`).
+pub(crate) struct RuleParams {
+    /// Per-expert vector on the device (Gemma-4 scale or grouped bias).
+    pub vec: Option<CudaBytes>,
+    pub n_group: usize,
+    pub topk_group: usize,
+    pub norm_topk_prob: bool,
+    pub routed_scaling_factor: f32,
+    /// Grouped: the dropped groups' keys are −∞ ([`GroupMask::NegInf`]).
+    pub dropped_neg_inf: bool,
+}
+
+/// The kernel-side values of a rule.
+pub(crate) fn rule_params(dev: &Arc<CudaDevice>, kind: &RouterKind) -> Result<RuleParams> {
+    let plain = |vec, norm_topk_prob| RuleParams {
+        vec,
+        n_group: 1,
+        topk_group: 1,
+        norm_topk_prob,
+        routed_scaling_factor: 1.0,
+        dropped_neg_inf: false,
+    };
     Ok(match kind {
-        RouterKind::SoftmaxTopK { norm_topk_prob } => (None, 1, 1, *norm_topk_prob, 1.0),
-        RouterKind::TopKSoftmax => (None, 1, 1, false, 1.0),
-        RouterKind::Gemma4 { per_expert_scale } => (
-            Some(expert_vector(dev, per_expert_scale)?),
-            1,
-            1,
-            false,
-            1.0,
-        ),
+        RouterKind::SoftmaxTopK { norm_topk_prob } => plain(None, *norm_topk_prob),
+        RouterKind::TopKSoftmax => plain(None, false),
+        RouterKind::Gemma4 { per_expert_scale } => {
+            plain(Some(expert_vector(dev, per_expert_scale)?), false)
+        }
         RouterKind::Grouped {
             bias,
             n_group,
             topk_group,
+            dropped_groups,
             norm_topk_prob,
             routed_scaling_factor,
             ..
-        } => {
-            let v = bias.as_deref().map(|b| expert_vector(dev, b)).transpose()?;
-            (
-                v,
-                *n_group,
-                *topk_group,
-                *norm_topk_prob,
-                *routed_scaling_factor,
-            )
-        }
+        } => RuleParams {
+            vec: bias.as_deref().map(|b| expert_vector(dev, b)).transpose()?,
+            n_group: *n_group,
+            topk_group: *topk_group,
+            norm_topk_prob: *norm_topk_prob,
+            routed_scaling_factor: *routed_scaling_factor,
+            dropped_neg_inf: *dropped_groups == GroupMask::NegInf,
+        },
     })
 }
 
@@ -226,7 +239,8 @@ pub fn route_into(logits: &Tensor, cfg: &RouterConfig, out: &Routing) -> Result<
             x.device(),
         )?;
     }
-    let (vec, n_group, topk_group, norm, rsf) = rule_params(&dev, &cfg.kind)?;
+    let rule = rule_params(&dev, &cfg.kind)?;
+    let vec = rule.vec;
     // validate() bounds E ≤ 1024, k ≤ 32, n_group and topk_group ≤ E: all fit u32.
     let p = RouteParams {
         logits: lb.ptr(),
@@ -236,11 +250,11 @@ pub fn route_into(logits: &Tensor, cfg: &RouterConfig, out: &Routing) -> Result<
         n_tokens: t as u32,
         n_experts: e as u32,
         top_k: k as u32,
-        n_group: n_group as u32,
-        topk_group: topk_group as u32,
-        norm_topk_prob: norm as u32,
-        routed_scaling_factor: rsf,
-        pad: 0,
+        n_group: rule.n_group as u32,
+        topk_group: rule.topk_group as u32,
+        norm_topk_prob: rule.norm_topk_prob as u32,
+        routed_scaling_factor: rule.routed_scaling_factor,
+        dropped_neg_inf: rule.dropped_neg_inf as u32,
     };
     let geo = Geometry {
         grid: (t.div_ceil(WARPS) as u32, 1, 1),

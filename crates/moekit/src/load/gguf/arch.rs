@@ -1,10 +1,12 @@
 //! llama.cpp architectures → moekit MoE blocks.
 //!
-//! Each supported `general.architecture` is a `Family`: how llama.cpp's
-//! graph for it calls `build_moe_ffn` (gating function, renormalisation,
-//! scale, selection bias) and which shared expert it adds. The rules below are
-//! read from llama.cpp's `src/models/<arch>.cpp` and `build_moe_ffn`
-//! (`src/llama-graph.cpp`):
+//! The supported `general.architecture` values are the GGUF names of the
+//! family table ([`crate::load::family`]); each has an `ArchRule` here: how
+//! llama.cpp's graph for it calls `build_moe_ffn` (gating function,
+//! renormalisation, scale, selection bias) and which shared expert it adds
+//! (a unit test in `family.rs` checks every table name has one). The rules
+//! below are read from llama.cpp's `src/models/<arch>.cpp` and
+//! `build_moe_ffn` (`src/llama-graph.cpp`):
 //!
 //! | arch | gating | renormalise top-k | scale | bias | shared expert |
 //! |---|---|---|---|---|---|
@@ -28,15 +30,18 @@
 //!   llama.cpp clamps the renormalising sum to ≥ 6.1e-5; a sum of the top-k
 //!   softmax probabilities is ≥ 1/E, so the clamp never acts.
 //! * deepseek2 / glm4moe → `Grouped { scoring, bias, n_group, topk_group,
-//!   norm, scale }`. Divergences from llama.cpp, which moekit handles so:
+//!   dropped_groups: GroupMask::NegInf, norm, scale }`. llama.cpp masks the
+//!   experts of the groups it drops with −∞ (`ggml_fill(.., -INFINITY)` in
+//!   `build_moe_ffn`): they are never chosen. mlx-lm (and so the safetensors
+//!   loader, [`GroupMask::Zero`]) sets their keys to 0, which lets them beat
+//!   kept experts whose biased score `sigmoid(l) + bias` is negative; with
+//!   negative `exp_probs_b` biases the two pick different experts, and this
+//!   loader follows llama.cpp (test: `fixtures/gguf/deepseek2_v3_negbias`).
+//!   Divergences from llama.cpp, which moekit handles so:
 //!   - groups with softmax gating: llama.cpp ranks groups by the sum of their
 //!     two best scores, moekit's `Grouped(Softmax)` by the best one → **error**;
 //!   - renormalising with k = 1: llama.cpp gives weight 1, moekit the score →
 //!     **error**;
-//!   - groups with sigmoid gating: llama.cpp sets the scores of dropped groups
-//!     to −∞, moekit (like mlx-lm) to 0. They agree whenever every kept
-//!     expert's biased score `sigmoid(l) + bias` is ≥ 0 (always true when all
-//!     biases are ≥ 0) — **accepted**, documented here;
 //!   - llama.cpp clamps the renormalising sum of sigmoid scores to ≥ 6.1e-5
 //!     (only matters when all k chosen sigmoids are below ~3e-5) — accepted.
 //! * Other gating functions (softmax_weight, sqrt_softplus) → error.
@@ -44,19 +49,13 @@
 use super::block::{layout, need, weights};
 use super::file::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
-use crate::ops::route::{RouterConfig, RouterKind, Scoring};
+use crate::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
 
-/// Architectures with MoE layers that moekit loads (llama.cpp names).
-pub const SUPPORTED_ARCHS: [&str; 8] = [
-    "llama",
-    "mixtral",
-    "qwen2moe",
-    "qwen3moe",
-    "qwen3next",
-    "olmoe",
-    "deepseek2",
-    "glm4moe",
-];
+/// Whether this module has a rule for `arch` (for the family table's test).
+#[cfg(test)]
+pub(crate) fn has_rule(arch: &str) -> bool {
+    ArchRule::rule(arch).is_some()
+}
 
 /// A hyper-parameter fixed by the architecture or read from a key.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -96,7 +95,7 @@ enum SharedRule {
 
 /// How one architecture's MoE layer is built (see the module docs).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Family {
+pub(crate) struct ArchRule {
     gating: Param<Scoring>,
     norm: Param<bool>,
     scale_key: bool,
@@ -105,11 +104,19 @@ pub(crate) struct Family {
     shared: SharedRule,
 }
 
-impl Family {
-    /// The family of a `general.architecture` value.
-    pub(crate) fn of(arch: &str) -> Option<Family> {
+impl ArchRule {
+    /// The rule of a `general.architecture` value; `None` unless the
+    /// architecture is in the family table ([`crate::load::family`]) and
+    /// has a rule here.
+    pub(crate) fn of(arch: &str) -> Option<ArchRule> {
+        crate::load::family::by_gguf_arch(arch)?;
+        ArchRule::rule(arch)
+    }
+
+    /// How llama.cpp builds `arch`'s MoE layer (the module docs' table).
+    fn rule(arch: &str) -> Option<ArchRule> {
         use Param::{Fixed, Key};
-        let softmax = |norm: bool, style: Style, shared: SharedRule| Family {
+        let softmax = |norm: bool, style: Style, shared: SharedRule| ArchRule {
             gating: Fixed(Scoring::Softmax),
             norm: Fixed(norm),
             scale_key: false,
@@ -123,7 +130,7 @@ impl Family {
             "qwen3next" => softmax(true, Style::SoftmaxTopK, SharedRule::Gated),
             "qwen2moe" => softmax(false, Style::SoftmaxTopK, SharedRule::Gated),
             "olmoe" => softmax(false, Style::SoftmaxTopK, SharedRule::None),
-            "deepseek2" => Family {
+            "deepseek2" => ArchRule {
                 gating: Key(Scoring::Softmax),
                 norm: Key(false),
                 scale_key: true,
@@ -131,7 +138,7 @@ impl Family {
                 bias: Need::Optional,
                 shared: SharedRule::Plain,
             },
-            "glm4moe" => Family {
+            "glm4moe" => ArchRule {
                 gating: Key(Scoring::Sigmoid),
                 norm: Key(false),
                 scale_key: true,
@@ -236,7 +243,7 @@ fn key_f64(file: &GgufFile, key: &str) -> Result<Option<f64>> {
 pub(crate) fn router_kind(
     file: &GgufFile,
     arch: &str,
-    fam: &Family,
+    fam: &ArchRule,
     layer: usize,
     top_k: usize,
     bias: Option<Vec<f32>>,
@@ -299,6 +306,8 @@ pub(crate) fn router_kind(
                 bias,
                 n_group: n_group.max(1),
                 topk_group: if n_group > 1 { topk_group } else { 1 },
+                // llama.cpp's masking (build_moe_ffn): see the module docs.
+                dropped_groups: crate::load::family::GGUF_DROPPED_GROUPS,
                 norm_topk_prob: norm,
                 routed_scaling_factor: scale,
             }
@@ -328,6 +337,7 @@ pub(crate) fn describe(kind: &RouterKind, k: usize) -> String {
             bias,
             n_group,
             topk_group,
+            dropped_groups,
             norm_topk_prob,
             routed_scaling_factor,
         } => {
@@ -340,6 +350,16 @@ pub(crate) fn describe(kind: &RouterKind, k: usize) -> String {
             }
             if *n_group > 1 {
                 s += &format!(" → best {topk_group} of {n_group} groups");
+                if topk_group < n_group {
+                    s += &format!(
+                        " (dropped groups' keys {}{})",
+                        dropped_groups.label(),
+                        match dropped_groups {
+                            GroupMask::NegInf => ", as llama.cpp",
+                            GroupMask::Zero => ", as mlx-lm",
+                        }
+                    );
+                }
             }
             s += &format!(" → top-{k}");
             if *norm_topk_prob {
@@ -364,7 +384,7 @@ pub(crate) type SharedTensors<'a> = (
 pub(crate) fn shared_tensors<'a>(
     file: &'a GgufFile,
     arch: &str,
-    fam: &Family,
+    fam: &ArchRule,
     layer: usize,
 ) -> Result<Option<SharedTensors<'a>>> {
     let present = match fam.shared {
@@ -392,7 +412,7 @@ pub(crate) fn shared_tensors<'a>(
 pub(crate) fn describe_shared(
     file: &GgufFile,
     arch: &str,
-    fam: &Family,
+    fam: &ArchRule,
     layer: usize,
 ) -> Result<Option<String>> {
     Ok(
@@ -414,7 +434,7 @@ pub(crate) fn describe_shared(
 pub(crate) fn router_config(
     file: &GgufFile,
     arch: &str,
-    fam: &Family,
+    fam: &ArchRule,
     layer: usize,
 ) -> Result<RouterConfig> {
     let (e, _, _, _) = layout(file, layer)?;

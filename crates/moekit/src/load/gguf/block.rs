@@ -3,7 +3,7 @@
 //! assembly of the [`MoeBlock`] (routing and shared-expert rules come from
 //! [`super::arch`]).
 
-use super::arch::{bad, router_config, shared_tensors, unsupported, Family};
+use super::arch::{bad, router_config, shared_tensors, unsupported, ArchRule};
 use super::file::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
 use crate::format::{GgmlType, QuantWeights, WeightFormat};
@@ -281,7 +281,7 @@ pub(crate) fn intermediate(file: &GgufFile, layer: usize) -> Result<usize> {
 pub(crate) fn build_block(
     file: &GgufFile,
     arch: &str,
-    fam: &Family,
+    fam: &ArchRule,
     layer: usize,
     progress: &dyn Fn(usize, usize),
 ) -> Result<MoeBlock> {

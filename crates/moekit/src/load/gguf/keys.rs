@@ -4,7 +4,7 @@
 //! tensors; moekit reads shapes off the tensors and would otherwise silently
 //! disagree with the metadata).
 
-use super::arch::{bad, key_usize, shared_tensors, Family};
+use super::arch::{bad, key_usize, shared_tensors, ArchRule};
 use super::block::{layout, Layout};
 use super::file::GgufFile;
 use crate::error::Result;
@@ -35,7 +35,7 @@ fn same(
 /// against the shared expert, `expert_used_count` ≤ the experts, and the
 /// expert groups (`expert_group_count` divides the experts,
 /// `expert_group_used_count` ≤ it, and the kept groups hold ≥ k experts).
-pub(crate) fn check(file: &GgufFile, arch: &str, fam: &Family, layer: usize) -> Result<()> {
+pub(crate) fn check(file: &GgufFile, arch: &str, fam: &ArchRule, layer: usize) -> Result<()> {
     let (e, h, i, lay) = layout(file, layer)?;
     let router = format!("blk.{layer}.ffn_gate_inp.weight");
     same(

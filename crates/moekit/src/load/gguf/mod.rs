@@ -19,8 +19,8 @@
 //!
 //! ## What loads
 //!
-//! [`GgufCheckpoint`] maps the file, reads `general.architecture` (see
-//! [`arch::SUPPORTED_ARCHS`]) and finds the MoE blocks: every block `N` with a
+//! [`GgufCheckpoint`] maps the file, reads `general.architecture` (one of
+//! [`crate::load::family::gguf_archs`]) and finds the MoE blocks: every block `N` with a
 //! router `blk.N.ffn_gate_inp.weight` (`ne = [H, E]`). Routed experts are
 //! merged `blk.N.ffn_{gate,up,down}_exps.weight` (`ne = [K, N, E]`, `ne[0]` the
 //! row length), fused `blk.N.ffn_gate_up_exps.weight` (gate rows first, as
@@ -50,7 +50,7 @@ use crate::error::{invalid, unsupported, Result};
 use crate::load::{Checkpoint, MoeSummary, TensorEntry};
 use crate::moe::MoeBlock;
 use crate::ops::route::RouterConfig;
-use arch::{bad, key_usize, Family};
+use arch::{bad, key_usize, ArchRule};
 use std::path::Path;
 
 /// A GGUF file with MoE layers, memory-mapped.
@@ -58,7 +58,7 @@ use std::path::Path;
 pub struct GgufCheckpoint {
     file: GgufFile,
     arch: String,
-    family: Family,
+    rule: ArchRule,
     summary: MoeSummary,
 }
 
@@ -90,13 +90,13 @@ impl GgufCheckpoint {
                 .to_string(),
             None => return Err(bad(&file, "missing key `general.architecture`")),
         };
-        let family = Family::of(&arch).ok_or_else(|| {
+        let rule = ArchRule::of(&arch).ok_or_else(|| {
             unsupported(
                 "gguf",
                 format!(
-                    "{}: architecture `{arch}` is not supported (supported: {})",
+                    "{}: `general.architecture` `{arch}` is not supported (supported: {})",
                     file.path().display(),
-                    arch::SUPPORTED_ARCHS.join(", ")
+                    crate::load::family::gguf_archs().join(", ")
                 ),
             )
         })?;
@@ -120,10 +120,10 @@ impl GgufCheckpoint {
         moe_layers.sort_unstable();
         let first = moe_layers.first().copied();
         if let Some(l) = first {
-            keys::check(&file, &arch, &family, l)?;
+            keys::check(&file, &arch, &rule, l)?;
         }
         let cfg = first
-            .map(|l| arch::router_config(&file, &arch, &family, l))
+            .map(|l| arch::router_config(&file, &arch, &rule, l))
             .transpose()?;
         let hidden = match key_usize(&file, &arch, "embedding_length", 0)? {
             Some(h) => h,
@@ -137,7 +137,7 @@ impl GgufCheckpoint {
             None => key_usize(&file, &arch, "expert_feed_forward_length", 0)?.unwrap_or(0),
         };
         let shared = first
-            .map(|l| arch::describe_shared(&file, &arch, &family, l))
+            .map(|l| arch::describe_shared(&file, &arch, &rule, l))
             .transpose()?
             .flatten();
         let summary = MoeSummary {
@@ -157,7 +157,7 @@ impl GgufCheckpoint {
         Ok(GgufCheckpoint {
             file,
             arch,
-            family,
+            rule,
             summary,
         })
     }
@@ -170,7 +170,7 @@ impl GgufCheckpoint {
     /// The router configuration of MoE block `layer`.
     pub fn router_config(&self, layer: usize) -> Result<RouterConfig> {
         self.check_layer(layer)?;
-        arch::router_config(&self.file, &self.arch, &self.family, layer)
+        arch::router_config(&self.file, &self.arch, &self.rule, layer)
     }
 
     fn check_layer(&self, layer: usize) -> Result<()> {
@@ -231,7 +231,7 @@ impl Checkpoint for GgufCheckpoint {
 
     fn moe_block(&self, layer: usize, progress: &dyn Fn(usize, usize)) -> Result<MoeBlock> {
         self.check_layer(layer)?;
-        keys::check(&self.file, &self.arch, &self.family, layer)?;
-        block::build_block(&self.file, &self.arch, &self.family, layer, progress)
+        keys::check(&self.file, &self.arch, &self.rule, layer)?;
+        block::build_block(&self.file, &self.arch, &self.rule, layer, progress)
     }
 }

@@ -6,24 +6,15 @@
 //! DeepSeek-V2, `decoder_sparse_step` / `mlp_only_layers` for Qwen2-MoE), the
 //! key is honoured with the Hugging Face default, which is what mlx-lm does
 //! whenever the key is absent or has that default (every published config).
+//!
+//! The `model_type`s accepted are those of the family table
+//! ([`crate::load::family`]).
 
 use super::quant::QuantConfig;
 use crate::error::{Error, Result};
 use crate::ops::route::{RouterConfig, RouterKind, Scoring, MAX_EXPERTS, MAX_TOP_K};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
-
-/// Model families this loader understands (`model_type` in `config.json`).
-pub(crate) const SUPPORTED: [&str; 8] = [
-    "qwen3_moe",
-    "qwen2_moe",
-    "qwen3_next",
-    "mixtral",
-    "olmoe",
-    "deepseek_v2",
-    "deepseek_v3",
-    "glm4_moe",
-];
 
 /// Upper bound on hidden / intermediate sizes and on the layer count: far
 /// above any real model, low enough that products of them cannot overflow.
@@ -252,6 +243,8 @@ fn grouped(
         bias: None,
         n_group,
         topk_group,
+        // mlx-lm's masking (the oracle of this loader): see GroupMask.
+        dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
         norm_topk_prob: f.bool_or("norm_topk_prob", norm_default)?,
         routed_scaling_factor: f.f32_or("routed_scaling_factor", 1.0)?,
     })
@@ -288,6 +281,18 @@ impl ModelConfig {
             .ok_or_else(|| f.missing("model_type"))?
             .to_string();
         let mt = model_type.as_str();
+        // The family table is the list of supported types; the match below
+        // has a rule for each (unit test every_family_table_model_type_has_a_rule).
+        if crate::load::family::by_model_type(mt).is_none() {
+            return Err(crate::error::unsupported(
+                "safetensors",
+                format!(
+                    "{}: key `model_type` = {mt:?} is not supported (supported: {})",
+                    path.display(),
+                    crate::load::family::model_types().join(", ")
+                ),
+            ));
+        }
         let hidden = f.usize_req("hidden_size", MAX_DIM)?;
         let n_layers = f.usize_req("num_hidden_layers", MAX_LAYERS)?;
         let quant = QuantConfig::parse(&f)?;
@@ -407,13 +412,14 @@ impl ModelConfig {
                     ),
                 }
             }
+            // A family-table model_type without a rule here (a unit test
+            // keeps this unreachable).
             other => {
                 return Err(crate::error::unsupported(
                     "safetensors",
                     format!(
-                        "{}: model_type {other:?} (supported: {})",
-                        path.display(),
-                        SUPPORTED.join(", ")
+                        "{}: model_type {other:?} has no rule in this loader",
+                        path.display()
                     ),
                 ))
             }
@@ -494,14 +500,19 @@ impl ModelConfig {
             }
             RouterKind::TopKSoftmax => format!("top-{} logits → softmax over the chosen", self.top_k),
             RouterKind::Gemma4 { .. } => "gemma4".into(),
-            RouterKind::Grouped { scoring, n_group, topk_group, norm_topk_prob, routed_scaling_factor, .. } => format!(
-                "{} scores{} → top-{} in the best {topk_group} of {n_group} groups{} × {routed_scaling_factor}",
+            RouterKind::Grouped { scoring, n_group, topk_group, dropped_groups, norm_topk_prob, routed_scaling_factor, .. } => format!(
+                "{} scores{} → top-{} in the best {topk_group} of {n_group} groups{}{} × {routed_scaling_factor}",
                 match scoring {
                     Scoring::Softmax => "softmax",
                     Scoring::Sigmoid => "sigmoid",
                 },
                 if self.needs_bias { " + e_score_correction_bias" } else { "" },
                 self.top_k,
+                if *n_group > 1 && topk_group < n_group {
+                    format!(" (dropped groups' keys {}, as mlx-lm)", dropped_groups.label())
+                } else {
+                    String::new()
+                },
                 if *norm_topk_prob { ", renormalised" } else { "" },
             ),
         }
@@ -578,6 +589,36 @@ mod tests {
         assert!(!norm_of(
             parse(&text(r#","norm_topk_prob":false"#)).unwrap()
         ));
+    }
+
+    #[test]
+    fn every_family_table_model_type_has_a_rule() {
+        // One config holding every family's size keys; each model_type of
+        // the family table must parse (no "no rule" / unsupported error),
+        // grouped routers with the safetensors loader's mask.
+        for mt in crate::load::family::model_types() {
+            let c = parse(&format!(
+                r#"{{"model_type":"{mt}","hidden_size":64,"num_hidden_layers":2,"num_experts":8,
+                   "num_local_experts":8,"n_routed_experts":8,"num_experts_per_tok":2,
+                   "moe_intermediate_size":16,"intermediate_size":16,"shared_expert_intermediate_size":16,
+                   "n_group":2,"topk_group":1}}"#
+            ))
+            .unwrap_or_else(|e| panic!("{mt}: {e}"));
+            assert_eq!(c.n_experts, 8, "{mt}");
+            if let RouterKind::Grouped { dropped_groups, .. } = c.router {
+                assert_eq!(dropped_groups, crate::ops::route::GroupMask::Zero, "{mt}");
+            }
+        }
+        let e = parse(r#"{"model_type":"gpt_oss","hidden_size":64,"num_hidden_layers":2}"#)
+            .unwrap_err()
+            .to_string();
+        let list = crate::load::family::model_types().join(", ");
+        assert!(
+            e.contains("`model_type` = \"gpt_oss\" is not supported")
+                && e.contains(&format!("(supported: {list})"))
+                && e.contains("config.json"),
+            "{e}"
+        );
     }
 
     #[test]
