@@ -19,6 +19,18 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, u32 bytes)
   const u32 d = (u32)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
 }
+// x, opaque to the compiler: a per-thread constant computed once stays in its
+// register instead of being recomputed (from threadIdx and the parameters)
+// inside a pipeline loop.
+__device__ __forceinline__ u32 pin(u32 x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+template <typename P>
+__device__ __forceinline__ P* pin(P* x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }

@@ -198,10 +198,18 @@ __device__ __forceinline__ void tile_rows_of_x(const TcParams& p, const TcTile& 
 // same offset, distinct banks as the pitch is an odd number of 16-byte units.
 template <typename F, typename T, int P, int BM, typename R = TcRaw<F>>
 struct TcStager {
+  static constexpr int A_PER = (BM * 8 + TC_STAGERS - 1) / TC_STAGERS;  // A units a thread copies a step
+  static constexpr int B_PER = TC_BROWS * 8 / TC_STAGERS;              // dense B units a thread copies a step
   u32 r, h, a_u, a_sw, n_steps;
   const u8* data;  // the row's packed bytes
   const u8* aux;   // its scales (h = 0) or biases (h = 1), affine only
-  bool valid;
+  u32 valid;       // the row is inside N (0 or 1, pinned)
+  // Sources of the thread's A (and, dense weights of type T, B) copies,
+  // held in registers from `bind` on: unit a_u of rows tid / 8 + 32c
+  // (null: no row). Read once a tile, not from shared memory every step.
+  const u8* asrc[A_PER];
+  const u8* bsrc[TcDirect<F, T>::value ? B_PER : 1];
+  u32 put_at[4];  // unit u of the thread's slice in a B tile
 
   __device__ __forceinline__ void init(const TcParams& p, const TcTile& tile, u32 n0, u32 tid) {
     r = (tid & 15) | ((tid >> 5) << 4);
@@ -215,51 +223,70 @@ struct TcStager {
     tile_row<P>(r, q, c);
     const u32 n = n0 + c;
     const WeightSrc& s = p.src[q];
-    valid = n < p.n;
+    valid = pin(n < p.n ? 1u : 0u);
     const u64 row = (u64)tile.e * s.rows + s.row_offset + n;
-    data = s.data + row * rb;
-    aux = R::AUX ? (h ? s.biases : s.scales) + row * ab : nullptr;
+    data = pin(s.data + row * rb);
+    aux = R::AUX ? pin((h ? s.biases : s.scales) + row * ab) : nullptr;
+    r = pin(r);
+    h = pin(h);
+    a_u = pin(a_u);
+    a_sw = pin(a_sw);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) put_at[u] = pin(swz(r, 4 * h + u));
+  }
+
+  // Takes the A rows' (and dense weight rows') sources into registers:
+  // `arow` (each A row's x row, null: none) and `wrow` (direct: each weight
+  // row, null past N) are complete (the caller synchronized).
+  __device__ __forceinline__ void bind(const T* const* arow, const u8* const* wrow) {
+#pragma unroll
+    for (int c = 0; c < A_PER; ++c) {
+      const u32 rr = (threadIdx.x >> 3) + 32 * c;
+      const T* a = (BM * 8) % TC_STAGERS == 0 || rr < (u32)BM ? arow[rr] : nullptr;
+      asrc[c] = pin(a != nullptr ? reinterpret_cast<const u8*>(a + 8 * a_u) : nullptr);
+    }
+    if constexpr (TcDirect<F, T>::value) {
+#pragma unroll
+      for (int c = 0; c < B_PER; ++c) {
+        const u8* w = wrow[(threadIdx.x >> 3) + 32 * c];
+        bsrc[c] = pin(w != nullptr ? w + 8 * a_u * sizeof(T) : nullptr);
+      }
+    }
   }
 
   // A tile of step j (BM × 64 of T) into `a_stage`: the thread's units.
-  __device__ __forceinline__ void issue_a(const TcParams& p, u32 j, u8* a_stage, const T* const* arow) const {
-    constexpr int A_PER = (BM * 8 + TC_STAGERS - 1) / TC_STAGERS;
+  __device__ __forceinline__ void issue_a(const TcParams& p, u32 j, u8* a_stage) const {
     const u32 k0 = j * TC_BK;
     const bool k_ok = k0 + 8 * a_u < p.k;
+    const u64 off = (u64)k0 * sizeof(T);
     u8* a_dst = a_stage + a_sw;
 #pragma unroll
     for (int c = 0; c < A_PER; ++c) {
-      const u32 rr = (threadIdx.x >> 3) + 32 * c;  // row rr's unit a_u; rr & 7 is the thread's
-      if ((BM * 8) % TC_STAGERS == 0 || rr < (u32)BM) {
-        const T* src = arow[rr];
-        const bool ok = src != nullptr && k_ok;
-        cp_async16(a_dst + 4096 * c, ok ? src + k0 + 8 * a_u : p.x, ok ? 16u : 0u);
+      // row tid / 8 + 32c's unit a_u; its rows & 7 is the thread's
+      if ((BM * 8) % TC_STAGERS == 0 || (threadIdx.x >> 3) + 32 * c < (u32)BM) {
+        const bool ok = asrc[c] != nullptr && k_ok;
+        cp_async16(a_dst + 4096 * c, ok ? asrc[c] + off : p.x, ok ? 16u : 0u);
       }
     }
   }
 
   // Dense weights of type T, step j, straight into `b_stage` like A: unit a_u
-  // of weight rows tid / 8 + 32c (`wrow`: each weight row, null past N).
-  __device__ __forceinline__ void issue_b(const TcParams& p, u32 j, u8* b_stage, const u8* const* wrow) const {
+  // of weight rows tid / 8 + 32c.
+  __device__ __forceinline__ void issue_b(const TcParams& p, u32 j, u8* b_stage) const {
     const u32 k0 = j * TC_BK;
     const bool k_ok = k0 + 8 * a_u < p.k;
+    const u64 off = (u64)k0 * sizeof(T);
     u8* b_dst = b_stage + a_sw;
 #pragma unroll
-    for (int c = 0; c < TC_BROWS * 8 / TC_STAGERS; ++c) {
-      const u8* src = wrow[(threadIdx.x >> 3) + 32 * c];
-      const bool ok = src != nullptr && k_ok;
-      cp_async16(b_dst + 4096 * c, ok ? src + (u64)(k0 + 8 * a_u) * sizeof(T) : p.x, ok ? 16u : 0u);
+    for (int c = 0; c < B_PER; ++c) {
+      const bool ok = bsrc[c] != nullptr && k_ok;
+      cp_async16(b_dst + 4096 * c, ok ? bsrc[c] + off : p.x, ok ? 16u : 0u);
     }
   }
 
-  // The raw stage that step j starts, if it starts one, into the row's place
-  // `dst` of its raw stage buffer.
-  __device__ __forceinline__ void issue_raw(const TcParams& p, u32 j, u8* dst) const {
-    if (j >= n_steps || j % R::RSTEPS != 0 || !valid) return;
-    const u32 kr0 = j * TC_BK;  // = raw stage start (a multiple of KR)
-    const u32 kr1 = min(kr0 + (u32)R::KR, p.k);
-    const u32 dbytes = (kr1 - kr0) / F::UNIT_W * F::UNIT_BYTES;
-    const u8* src = data + kr0 / F::UNIT_W * F::UNIT_BYTES;
+  // dbytes of the row's packed bytes at src (16-aligned when ALIGNED) into
+  // the row's raw stage place dst, the words of this thread's half.
+  __device__ __forceinline__ void copy_data(const u8* src, u8* dst, u32 dbytes) const {
     if constexpr (R::ALIGNED) {
 #pragma unroll
       for (int c = 0; c < (R::DATA_BYTES / 16 + 1) / 2; ++c) {
@@ -274,19 +301,32 @@ struct TcStager {
         if (16u * w < end) cp_async16(dst + 16u * w, src - head + 16u * w, end - 16u * w >= 16u ? 16u : end - 16u * w);
       }
     }
+  }
+
+  // The raw stage that step j starts, if it starts one, into the row's place
+  // `dst` of its raw stage buffer.
+  __device__ __forceinline__ void issue_raw(const TcParams& p, u32 j, u8* dst) const {
+    if (j >= n_steps || j % R::RSTEPS != 0 || !valid) return;
+    const u32 kr0 = j * TC_BK;  // = raw stage start (a multiple of KR)
+    const u32 kr1 = min(kr0 + (u32)R::KR, p.k);
+    const u8* src = data + kr0 / F::UNIT_W * F::UNIT_BYTES;
+    // A whole stage (every stage but a ragged last one) copies a constant
+    // number of bytes: the word predicates fold.
+    if (kr1 - kr0 == (u32)R::KR) copy_data(src, dst, (u32)R::DATA_BYTES);
+    else copy_data(src, dst, (kr1 - kr0) / F::UNIT_W * F::UNIT_BYTES);
     if constexpr (R::AUX) {
       typedef typename aux_t<F>::type S;
       const u32 g0 = kr0 >> p.group_shift, g1 = ((kr1 - 1) >> p.group_shift) + 1;
-      const u8* asrc = aux + g0 * sizeof(S);
+      const u8* xs = aux + g0 * sizeof(S);
       constexpr u32 AW = R::AUX_WORD;
-      const u32 ahead = (u32)(reinterpret_cast<u64>(asrc) & (AW - 1)), aend = ahead + (g1 - g0) * (u32)sizeof(S);
+      const u32 ahead = (u32)(reinterpret_cast<u64>(xs) & (AW - 1)), aend = ahead + (g1 - g0) * (u32)sizeof(S);
       u8* adst = dst + R::ROOM_DATA + h * R::ROOM_AUX;
 #pragma unroll
       for (int w = 0; w < R::ROOM_AUX / (int)AW; ++w) {
         if (AW * w >= aend) continue;
         const u32 n = aend - AW * w >= AW ? AW : aend - AW * w;
-        if constexpr (AW == 4) cp_async4(adst + AW * w, asrc - ahead + AW * w, n);
-        else cp_async16(adst + AW * w, asrc - ahead + AW * w, n);
+        if constexpr (AW == 4) cp_async4(adst + AW * w, xs - ahead + AW * w, n);
+        else cp_async16(adst + AW * w, xs - ahead + AW * w, n);
       }
     }
   }
@@ -317,7 +357,7 @@ struct TcStager {
 
   // Unit u (8 weights) of this thread's slice into the B tile `b_stage`.
   __device__ __forceinline__ void put(u8* b_stage, int u, uint4 v) const {
-    *reinterpret_cast<uint4*>(b_stage + swz(r, 4 * h + u)) = v;
+    *reinterpret_cast<uint4*>(b_stage + put_at[u]) = v;
   }
 };
 

@@ -156,6 +156,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   __shared__ const u8* wrow[G::DIRECT ? TC_BROWS : 1];  // direct: each weight row (null: past N)
   if (G::DIRECT && st.h == 0) wrow[G::DIRECT ? st.r : 0] = st.valid ? st.data : nullptr;
   __syncthreads();
+  st.bind(arow, wrow);
 
   // The row's place in the raw stage buffer holding step j.
   auto raw_at = [&](u32 j) { return my_raw + (j / G::RSTEPS % G::RS) * G::RAW_BYTES; };
@@ -167,9 +168,9 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   // per step lands both what the step multiplies and what it decodes.
   auto issue = [&](u32 j) {
     if (j >= n_steps) return;
-    st.issue_a(p, j, a_sm + (j % G::S) * G::A_BYTES, arow);
+    st.issue_a(p, j, a_sm + (j % G::S) * G::A_BYTES);
     if constexpr (G::DIRECT) {
-      st.issue_b(p, j, b_sm + (j % G::S) * G::B_BYTES, wrow);
+      st.issue_b(p, j, b_sm + (j % G::S) * G::B_BYTES);
     } else {
       issue_raw(j + G::LEAD);
     }
@@ -239,6 +240,9 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
     // weight rows 64wg .. 64wg + 63 by the tile's BM rows, asynchronously:
     // the block decodes the next step meanwhile.
     const u32 wg = warp >> 2;
+    // Stage bases (shared addresses) of the descriptors, computed once.
+    const u32 b_base = pin(smem_addr(b_sm) + wg * 64 * 128), a_base = pin(smem_addr(a_sm));
+#pragma unroll 4
     for (u32 ks = 0; ks < n_steps; ++ks) {
       cp_async_wait<G::WAIT>();
       fence_async_smem();
@@ -247,8 +251,8 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
       cp_async_commit();
       // k16 slice kk starts 32·kk bytes in: + 2kk in the descriptors' address
       // field (shared addresses stay below 2^18, so it never carries out).
-      const u64 da = wg_desc(smem_addr(b_sm + (ks % G::BS) * G::B_BYTES) + wg * 64 * 128);
-      const u64 db = wg_desc(smem_addr(a_sm + (ks % G::S) * G::A_BYTES));
+      const u64 da = wg_desc(b_base + (ks % G::BS) * G::B_BYTES);
+      const u64 db = wg_desc(a_base + (ks % G::S) * G::A_BYTES);
       wg_keep(wacc);
       wg_fence();
 #pragma unroll
@@ -266,6 +270,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
     }
 #endif
   } else {
+#pragma unroll 4
     for (u32 ks = 0; ks < n_steps; ++ks) {
       cp_async_wait<G::WAIT>();
       __syncthreads();
