@@ -205,7 +205,7 @@ impl Layer {
         per_expert_scale: Option<Vec<f32>>,
         dropped_groups: &str,
     ) -> PyResult<Layer> {
-        let kind = crate::ops::parse_rule(
+        let kind = crate::ops::RuleArgs {
             rule,
             norm_topk_prob,
             bias,
@@ -214,7 +214,8 @@ impl Layer {
             routed_scaling_factor,
             per_expert_scale,
             dropped_groups,
-        )?;
+        }
+        .kind()?;
         let gate_up = match up {
             Some(u) => GateUp::separate(gate.w.clone(), u.w.clone()),
             None => GateUp::fused(gate.w.clone()),

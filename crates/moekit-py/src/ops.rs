@@ -219,53 +219,62 @@ pub fn fused_experts(
     Ok((!had_out).then_some(Array::new(y, s)))
 }
 
-#[allow(clippy::too_many_arguments)] // one per keyword of route(...)
-pub(crate) fn parse_rule(
-    rule: &str,
-    norm_topk_prob: bool,
-    bias: Option<Vec<f32>>,
-    n_group: usize,
-    topk_group: usize,
-    routed_scaling_factor: f32,
-    per_expert_scale: Option<Vec<f32>>,
-    dropped_groups: &str,
-) -> PyResult<RouterKind> {
-    let dropped_groups = match dropped_groups {
-        "zero" => GroupMask::Zero,
-        "neg_inf" => GroupMask::NegInf,
-        other => {
-            return Err(MoekitError::new_err(format!(
-                "route: dropped_groups {other:?} (expected \"zero\" (mlx-lm) or \"neg_inf\" (llama.cpp))"
-            )))
-        }
-    };
-    Ok(match rule {
-        "softmax_topk" => RouterKind::SoftmaxTopK { norm_topk_prob },
-        "topk_softmax" => RouterKind::TopKSoftmax,
-        "gemma4" => RouterKind::Gemma4 {
-            per_expert_scale: per_expert_scale.ok_or_else(|| {
-                MoekitError::new_err("route: rule \"gemma4\" needs per_expert_scale (one float per expert)")
-            })?,
-        },
-        "grouped_softmax" | "grouped_sigmoid" => RouterKind::Grouped {
-            scoring: if rule == "grouped_sigmoid" {
-                Scoring::Sigmoid
-            } else {
-                Scoring::Softmax
+/// The routing-rule keywords that `route(...)` and `Layer.from_parts(...)`
+/// share, by name.
+pub(crate) struct RuleArgs<'a> {
+    pub rule: &'a str,
+    pub norm_topk_prob: bool,
+    pub bias: Option<Vec<f32>>,
+    pub n_group: usize,
+    pub topk_group: usize,
+    pub routed_scaling_factor: f32,
+    pub per_expert_scale: Option<Vec<f32>>,
+    pub dropped_groups: &'a str,
+}
+
+impl RuleArgs<'_> {
+    /// The router kind these keywords name, or the error naming the keyword.
+    pub(crate) fn kind(self) -> PyResult<RouterKind> {
+        let rule = self.rule;
+        let dropped_groups = match self.dropped_groups {
+            "zero" => GroupMask::Zero,
+            "neg_inf" => GroupMask::NegInf,
+            other => {
+                return Err(MoekitError::new_err(format!(
+                    "route: dropped_groups {other:?} (expected \"zero\" (mlx-lm) or \"neg_inf\" (llama.cpp))"
+                )))
+            }
+        };
+        Ok(match rule {
+            "softmax_topk" => RouterKind::SoftmaxTopK {
+                norm_topk_prob: self.norm_topk_prob,
             },
-            bias,
-            n_group,
-            topk_group,
-            dropped_groups,
-            norm_topk_prob,
-            routed_scaling_factor,
-        },
-        other => {
-            return Err(MoekitError::new_err(format!(
-                "route: rule {other:?} (expected softmax_topk, topk_softmax, gemma4, grouped_softmax or grouped_sigmoid)"
-            )))
-        }
-    })
+            "topk_softmax" => RouterKind::TopKSoftmax,
+            "gemma4" => RouterKind::Gemma4 {
+                per_expert_scale: self.per_expert_scale.ok_or_else(|| {
+                    MoekitError::new_err("route: rule \"gemma4\" needs per_expert_scale (one float per expert)")
+                })?,
+            },
+            "grouped_softmax" | "grouped_sigmoid" => RouterKind::Grouped {
+                scoring: if rule == "grouped_sigmoid" {
+                    Scoring::Sigmoid
+                } else {
+                    Scoring::Softmax
+                },
+                bias: self.bias,
+                n_group: self.n_group,
+                topk_group: self.topk_group,
+                dropped_groups,
+                norm_topk_prob: self.norm_topk_prob,
+                routed_scaling_factor: self.routed_scaling_factor,
+            },
+            other => {
+                return Err(MoekitError::new_err(format!(
+                    "route: rule {other:?} (expected softmax_topk, topk_softmax, gemma4, grouped_softmax or grouped_sigmoid)"
+                )))
+            }
+        })
+    }
 }
 
 /// Routes router logits `[T, E]` (float, CPU or CUDA): returns
@@ -298,7 +307,7 @@ pub fn route(
     stream: Option<usize>,
     dropped_groups: &str,
 ) -> PyResult<(Array, Array)> {
-    let kind = parse_rule(
+    let kind = RuleArgs {
         rule,
         norm_topk_prob,
         bias,
@@ -307,7 +316,8 @@ pub fn route(
         routed_scaling_factor,
         per_expert_scale,
         dropped_groups,
-    )?;
+    }
+    .kind()?;
     let (s, ready) = streams(crate::dlpack::device_hint(logits)?, stream)?;
     let logits = import(logits, "logits", Kind::Float, ready)?;
     let n_experts = logits.shape().get(1).copied().unwrap_or(0);
