@@ -336,9 +336,12 @@ pub fn route(
 
 /// Quantizes float weights `w` (`[E, N, K]` or `[N, K]`, CPU) to `format`:
 /// MLX affine (`affine4-g64`, `affine8-g32`, …; bit-exact `mx.quantize` of
-/// `w` cast to `scale_dtype`, whose type the scales and biases take), GGUF
-/// `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q8_0` (byte-exact gguf-py), or dense
-/// `f32`/`f16`/`bf16`. Returns an `Experts` on the CPU (`.to("cuda")` moves it).
+/// `w` cast to `scale_dtype`, whose type the scales and biases take), MLX's
+/// `mlx-mxfp4`, `mlx-nvfp4`, `mlx-mxfp8` (byte-exact `mx.quantize(w,
+/// mode=...)` of `w` as f32, MLX 0.32.4; `u8` scales, `scale_dtype` unused;
+/// K a multiple of 32), GGUF `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q8_0`
+/// (byte-exact gguf-py), or dense `f32`/`f16`/`bf16`. Returns an `Experts`
+/// on the CPU (`.to("cuda")` moves it).
 #[pyfunction]
 #[pyo3(signature = (w, format, scale_dtype="bfloat16"))]
 pub fn quantize(
@@ -431,10 +434,20 @@ fn quantize_f32(
             }
             QuantWeights::new(f, e, n, k, Tensor::from_slice(&bytes, &shape)?, None, None)
         }
+        WeightFormat::MlxFp(mode) => {
+            let q = moekit::format::mlxfp::quantize(mode, v, e * n, k)?;
+            let (packed, scales) = (
+                Tensor::from_slice(&q.packed, &shape)?,
+                Tensor::from_slice(&q.scales, &sshape)?,
+            );
+            QuantWeights::new(f, e, n, k, packed, Some(scales), None)
+        }
         other => Err(moekit::Error::Invalid {
             op: "quantize",
             arg: "format",
-            expected: "an MLX affine, GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 or dense format".into(),
+            expected: "an MLX affine or fp (mlx-mxfp4/-nvfp4/-mxfp8), GGUF \
+                       Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 or dense format"
+                .into(),
             got: other.to_string(),
         }),
     }

@@ -2,7 +2,8 @@
 
 References are independent of moekit: the committed fixtures' outputs of
 llama.cpp's `build_moe_ffn` transcribed to numpy (GGUF files), mlx-lm's MoE
-block classes (`fixtures/moe`), mx.quantize (`fixtures/affine`), gguf-py
+block classes (`fixtures/moe`), mx.quantize (`fixtures/affine`,
+`fixtures/mlxfp`), gguf-py
 (`fixtures/ggml`) and the routing references (`fixtures/route`). The Rust
 path is the CLI (`moekit run`), for bit-identity of the binding.
 """
@@ -222,6 +223,27 @@ def test_quantize_is_bit_exact_with_mx_quantize():
     assert np.array_equal(np.from_dlpack(biases).ravel(), np.load(a / "q_b4_g64_f32_biases.npy").ravel())
     deq = np.from_dlpack(q.dequantize())
     assert np.array_equal(deq.ravel(), np.load(a / "q_b4_g64_f32_deq.npy").ravel())
+
+
+@pytest.mark.parametrize("mode", ["mxfp4", "nvfp4", "mxfp8"])
+@pytest.mark.parametrize("case", ["q", "qe"])
+def test_quantize_mlx_fp_modes_is_byte_exact_with_mx_quantize(mode, case):
+    # `q`: random weights, `qe`: edge cases (NaN, inf, subnormals, ties, ...).
+    m = FIX / "mlxfp"
+    w = np.load(m / f"{mode}_{case}_x.npy")
+    q = moekit.quantize(w, f"mlx-{mode}")
+    data, scales, biases = q.parts()
+    assert biases is None
+    want_w, want_s = np.load(m / f"{mode}_{case}_w.npy"), np.load(m / f"{mode}_{case}_scales.npy")
+    got_w, got_s = np.from_dlpack(data), np.from_dlpack(scales)
+    assert got_w.dtype == np.uint32 and got_s.dtype == np.uint8
+    assert np.array_equal(got_w.reshape(want_w.shape), want_w)
+    assert np.array_equal(got_s.reshape(want_s.shape), want_s)
+    if case == "q":
+        deq = np.from_dlpack(q.dequantize()).reshape(w.shape)
+        assert np.array_equal(deq, np.load(m / f"{mode}_q_deq.npy"))
+    with pytest.raises(moekit.MoekitError, match="cols"):
+        moekit.quantize(np.ascontiguousarray(w[:, :16]), f"mlx-{mode}")
 
 
 @pytest.mark.parametrize("ty", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])

@@ -37,14 +37,13 @@ fn cases() -> Vec<(WeightFormat, DType)> {
     v
 }
 
-/// Formats with a fused kernel: all but mlx-native u8 codes, MLX's fp
-/// modes and the GGUF grid and ternary types (IQ1–IQ3, TQ*), whose rows are
-/// decoded, then dotted.
+/// Formats with a fused kernel: all but mlx-native u8 codes and the GGUF
+/// grid and ternary types (IQ1–IQ3, TQ*), whose rows are decoded, then
+/// dotted.
 fn has_fused_kernel(f: WeightFormat) -> bool {
     !matches!(
         f,
         WeightFormat::AffineU8 { .. }
-            | WeightFormat::MlxFp(_)
             | WeightFormat::Ggml(
                 GgmlType::IQ2_XXS
                     | GgmlType::IQ2_XS
@@ -145,6 +144,33 @@ fn every_supported_level_matches_decoded_f64_dot() {
     }
 }
 
+/// MLX's fp modes (fused since the e2m1/e4m3 kernels) at lengths of one to
+/// a few dozen groups, odd counts and tails of fewer than 8 groups
+/// included, at every supported level (the portable fallback forced too).
+#[test]
+fn mlx_fp_modes_at_ragged_lengths() {
+    for (i, name) in ["mlx-mxfp4", "mlx-nvfp4", "mlx-mxfp8"]
+        .into_iter()
+        .enumerate()
+    {
+        let f = WeightFormat::parse(name).unwrap();
+        assert!(has_fused_kernel(f), "{f}");
+        for level in SimdLevel::ALL.into_iter().filter(|l| l.is_supported()) {
+            let mut worst = 0f64;
+            for k in [32, 64, 96, 160, 224, 288, 544, 1056] {
+                worst = worst.max(check(
+                    f,
+                    DType::F16,
+                    k,
+                    100 * i as u64 + k as u64,
+                    Some(level),
+                ));
+            }
+            eprintln!("{f:<14} {level} ragged K max NMSE {worst:.2e}");
+        }
+    }
+}
+
 /// Which kernels the dispatch picked on this machine; on an x86-64 CPU with
 /// AVX2, FMA and F16C (and no `MOEKIT_CPU_LEVEL`), a level with AVX2 (the
 /// f32 kernels run their AVX2 code at every such level).
@@ -238,7 +264,7 @@ fn dot_row_rejects_bad_rows() {
 fn bench_dot_row() {
     let names = std::env::var("DOT_BENCH_FORMATS").unwrap_or_else(|_| {
         "q4_0,q4_1,q5_0,q5_1,q8_0,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs,mxfp4,iq2_xxs,iq3_s,\
-         iq1_m,tq2_0,affine2,affine3,affine4,affine4-g32,\
+         iq1_m,tq2_0,mlx-mxfp4,mlx-nvfp4,mlx-mxfp8,affine2,affine3,affine4,affine4-g32,\
          affine4-g128,affine5,affine6,affine8,affine8-g32,affine8-g128,f16,bf16,f32"
             .into()
     });

@@ -1,13 +1,14 @@
 //! MLX's microscaled modes (mxfp4, nvfp4, mxfp8) against MLX 0.32 on the CPU
 //! (fixtures/mlxfp, written by scripts/fixtures/mlxfp.py): dequantization
 //! bit for bit (`mx.dequantize(..., dtype=float32)`) on crafted rows holding
-//! every code and every scale byte and on `mx.quantize` outputs, and the
+//! every code and every scale byte and on `mx.quantize` outputs, quantization
+//! byte for byte against `mx.quantize` (random and edge-case inputs), and the
 //! grouped matmul against `mx.gather_qmm`. The mlx-lm checkpoints of these
 //! modes are in tests/st_load.rs.
 
 mod common_util;
 use common_util::{fixture, nmse};
-use moekit::format::{random::random_weights, storage_shapes, MlxFpMode};
+use moekit::format::{mlxfp, random::random_weights, storage_shapes, MlxFpMode};
 use moekit::npy::NpyArray;
 use moekit::ops::gather_mm::{gather_mm_on, RowExperts};
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
@@ -69,6 +70,32 @@ fn dequantization_is_bit_exact_with_mx_dequantize() {
                 let x = load(&format!("{p}_x")).to_f32_vec().unwrap();
                 let e = nmse(&got, &x);
                 assert!(e < 0.05, "{p}: NMSE {e} vs the quantized weights");
+            }
+        }
+    }
+}
+
+#[test]
+fn quantize_is_byte_exact_with_mx_quantize() {
+    for mode in MlxFpMode::ALL {
+        // `q`: random weights; `qe`: edge cases (zeros, subnormals, ±∞, NaN,
+        // f32 max, scale boundaries, e2m1/e4m3 ties, every magnitude).
+        for case in ["q", "qe"] {
+            let p = format!("{mode}_{case}");
+            let x = load(&format!("{p}_x"));
+            let (rows, cols) = (x.shape()[0], x.shape()[1]);
+            let got = mlxfp::quantize(mode, &x.to_f32_vec().unwrap(), rows, cols).unwrap();
+            let (w, s) = (load(&format!("{p}_w")), load(&format!("{p}_scales")));
+            assert_eq!(w.shape(), [rows, cols * mode.bits() as usize / 32], "{p}");
+            assert_eq!(got.packed, w.as_slice::<u32>().unwrap(), "{p}: codes");
+            assert_eq!(got.scales, s.as_slice::<u8>().unwrap(), "{p}: scales");
+            if case == "qe" && mode != MlxFpMode::Nvfp4 {
+                // The edge cases reach the zero group (127), the NaN/∞ group
+                // (128) and the wrapped bytes of subnormal groups.
+                for b in [127u8, 128] {
+                    assert!(got.scales.contains(&b), "{p}: no scale byte {b}");
+                }
+                assert!(got.scales.iter().any(|&b| b >= 234), "{p}: no wrapped byte");
             }
         }
     }

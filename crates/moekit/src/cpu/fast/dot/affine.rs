@@ -272,7 +272,7 @@ fn bytes_row<const BITS: usize, const GS: usize, S: Widen, V: Simd>(
         S::widen_into::<V>(s8, &mut sf);
         let groups = b8.chunks_exact(bpg).zip(x8.chunks_exact(GS)).zip(sf);
         for (g, ((gb, gx), s)) in groups.enumerate() {
-            group_step::<BITS, V>(&mut acc, g, gb, gx, s);
+            group_step::<BITS, Int, V>(&mut acc, g, gb, gx, s);
         }
     }
     let rest = bytes
@@ -281,23 +281,41 @@ fn bytes_row<const BITS: usize, const GS: usize, S: Widen, V: Simd>(
         .zip(scales)
         .skip(done);
     for (g, ((gb, gx), s)) in rest.enumerate() {
-        group_step::<BITS, V>(&mut acc, g, gb, gx, s.widen());
+        group_step::<BITS, Int, V>(&mut acc, g, gb, gx, s.widen());
     }
     Some(acc[0].add(acc[1]).sum() + bias_dot::<S, V>(biases, xsum))
 }
 
-/// `acc[g % 2] += s·Σ q·x` over group `g`. (A function, not a closure: a
-/// closure called twice was not inlined, and out of [`Simd::enter`] its
-/// intrinsics became calls.)
+/// How the byte-wise kernels turn the codes of 8 lanes (`BITS` wide; the
+/// first code of a byte may carry the byte's higher codes above it) into
+/// the values that are multiplied by `x`, before the group scale.
+pub(super) trait CodeValues {
+    /// The values of the codes in the lanes of `code`.
+    fn values<V: Simd>(code: V::U8) -> V::F8;
+}
+
+/// Affine codes: the integer itself.
+struct Int;
+
+impl CodeValues for Int {
+    #[inline(always)]
+    fn values<V: Simd>(code: V::U8) -> V::F8 {
+        code.to_f32()
+    }
+}
+
+/// `acc[g % 2] += s·Σ q·x` over group `g`, `q` the [`CodeValues`] `C` of
+/// the codes. (A function, not a closure: a closure called twice was not
+/// inlined, and out of [`Simd::enter`] its intrinsics became calls.)
 #[inline(always)]
-fn group_step<const BITS: usize, V: Simd>(
+pub(super) fn group_step<const BITS: usize, C: CodeValues, V: Simd>(
     acc: &mut [V::F8; 2],
     g: usize,
     gb: &[u8],
     gx: &[f32],
     s: f32,
 ) {
-    let p = group_products::<BITS, V>(gb, gx);
+    let p = group_products::<BITS, C, V>(gb, gx);
     if let Some(a) = acc.get_mut(g & 1) {
         *a = V::F8::splat(s).fma(p, *a);
     }
@@ -307,7 +325,7 @@ fn group_step<const BITS: usize, V: Simd>(
 /// in two (alternate vectors) summed at the end, so a long group's chain
 /// does not hold the following group's work in the scheduler.
 #[inline(always)]
-fn group_products<const BITS: usize, V: Simd>(bytes: &[u8], x: &[f32]) -> V::F8 {
+fn group_products<const BITS: usize, C: CodeValues, V: Simd>(bytes: &[u8], x: &[f32]) -> V::F8 {
     let c = 8 / BITS;
     let mask = (1u32 << BITS) - 1;
     let two = x.len() > 32;
@@ -325,7 +343,7 @@ fn group_products<const BITS: usize, V: Simd>(bytes: &[u8], x: &[f32]) -> V::F8 
             };
             let xv = arr(xt).map_or(V::F8::zero(), V::F8::load);
             if let Some(p) = p.get_mut(i & usize::from(two)) {
-                *p = code.to_f32().fma(xv, *p);
+                *p = C::values::<V>(code).fma(xv, *p);
             }
             i += 1;
         }

@@ -2,8 +2,9 @@
 //!
 //! Used when an expert has only a few activation rows (decode), where
 //! dequantizing a row to memory first would cost more than the dot itself.
-//! Every format with a power-of-two code width, 3/5/6-bit affine and every
-//! GGUF type has a fused kernel ([`ggml`], [`affine`]): codes are widened to
+//! Every format with a power-of-two code width, 3/5/6-bit affine, MLX's
+//! microscaled modes and every GGUF type but the grid and ternary ones has a
+//! fused kernel ([`ggml`], [`affine`], [`mlxfp`]): codes are widened to
 //! f32 in registers, multiplied by `x` and accumulated per block or group;
 //! the per-block scale is applied once per 32 products, and per-block offsets
 //! (Q4_1's min, the K-quants' mins, affine biases) once per block through the
@@ -25,9 +26,8 @@
 //! features); [`dot_rows`] picks the level once per call
 //! ([`simd_level`], detected once per process), [`dot_rows_at`] takes it
 //! as an argument.
-//! Formats without a fused kernel (mlx-native u8 codes, MLX's mxfp4 /
-//! nvfp4 / mxfp8, the GGUF IQ1–IQ3 grid and TQ* ternary types, rows whose
-//! bytes are not 2-aligned)
+//! Formats without a fused kernel (mlx-native u8 codes, the GGUF IQ1–IQ3
+//! grid and TQ* ternary types, rows whose bytes are not 2-aligned)
 //! decode into a scratch row and use
 //! [`dot`](super::gather_mm::dot).
 
@@ -35,6 +35,7 @@ mod affine;
 mod ggml;
 mod kquant;
 mod legacy;
+mod mlxfp;
 mod simd;
 
 #[cfg(target_arch = "x86_64")]
@@ -372,7 +373,8 @@ fn run_for<V: Simd>(raw: &RawRow<'_>) -> Run {
             ScaleRow::F16(_) => affine::run_for::<f16, V>(*params),
             ScaleRow::Bf16(_) => affine::run_for::<bf16, V>(*params),
         },
-        RawRow::AffineU8 { .. } | RawRow::MlxFp { .. } => None,
+        RawRow::MlxFp { mode, .. } => Some(mlxfp::run_for::<V>(*mode)),
+        RawRow::AffineU8 { .. } => None,
     };
     fused.unwrap_or(run::<Decode, V>)
 }

@@ -221,4 +221,26 @@ impl U8Ops for U8 {
             _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(self.0, 28)))
         })
     }
+
+    /// The byte moved to bits 24..31 and shifted back arithmetically by 4
+    /// (the magnitude to bits 20..26: an f32's exponent and mantissa,
+    /// exact for subnormals too, times 2^120; the sign stays in bit 31),
+    /// and all ones (a NaN) or'ed into the NaN codes (as `e4m3_to_f32`):
+    /// six vector operations per 8 codes.
+    #[inline(always)]
+    fn e4m3(self) -> F8 {
+        // SAFETY: no memory is accessed; the level was detected (module doc).
+        F8(unsafe {
+            let t = _mm256_srai_epi32(_mm256_slli_epi32(self.0, 24), 4);
+            let bits = _mm256_and_si256(t, _mm256_set1_epi32(0x87F0_0000_u32 as i32));
+            let nan = _mm256_cmpeq_epi32(
+                _mm256_and_si256(self.0, _mm256_set1_epi32(0x7F)),
+                _mm256_set1_epi32(0x7F),
+            );
+            _mm256_mul_ps(
+                _mm256_castsi256_ps(_mm256_or_si256(bits, nan)),
+                _mm256_set1_ps(f32::from_bits(0x7B80_0000)),
+            )
+        })
+    }
 }

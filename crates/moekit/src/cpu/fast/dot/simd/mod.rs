@@ -80,6 +80,10 @@ pub(super) trait U8Ops: Copy {
     /// `table[lane]` for lanes below 16 (the non-linear 4-bit codes of
     /// IQ4_NL, IQ4_XS, MXFP4); higher bits of a lane are ignored.
     fn lookup16(self, table: &[f32; 16]) -> Self::F8;
+    /// The e4m3 (OCP e4m3fn, MLX's `from_fp8`) value of the low byte of
+    /// each lane, exact: [`e4m3_to_f32`](crate::format::mlxfp::e4m3_to_f32),
+    /// 0x7F and 0xFF NaN.
+    fn e4m3(self) -> Self::F8;
 }
 
 /// A level of the kernels: its vectors, its scalar multiply-add, and the

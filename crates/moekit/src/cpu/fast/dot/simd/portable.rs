@@ -166,4 +166,9 @@ impl U8Ops for U8 {
     fn lookup16(self, table: &[f32; 16]) -> F8 {
         F8(self.0.map(|v| table[(v & 15) as usize]))
     }
+
+    #[inline(always)]
+    fn e4m3(self) -> F8 {
+        F8(self.0.map(|v| crate::format::mlxfp::e4m3_to_f32(v as u8)))
+    }
 }
