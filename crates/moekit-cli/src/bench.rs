@@ -390,12 +390,20 @@ pub fn run(a: &BenchArgs) -> Result<(), AnyErr> {
                         g.set(i + 1);
                         outs[i % INPUTS].0.replay()
                     })?;
+                    // MOEKIT_TRACE builds: the decode path's timeline of the
+                    // last single replay, then of the last back-to-back one.
+                    if let Some(tr) = dev.decode_trace()? {
+                        eprintln!("{} {format} T={t} single replay\n{tr}", preset.name);
+                    }
                     let b2b = moekit::cuda::bench::time_ms(dev, 10, || {
                         for i in 0..B2B {
                             outs[i % INPUTS].0.replay()?;
                         }
                         Ok(())
                     })? / B2B as f64;
+                    if let Some(tr) = dev.decode_trace()? {
+                        eprintln!("{} {format} T={t} back to back\n{tr}", preset.name);
+                    }
                     (Some(ms), Some(b2b), Some(launches))
                 }
                 None => (None, None, None),

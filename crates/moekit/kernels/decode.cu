@@ -86,8 +86,41 @@ struct DecodeParams {
   u32 gu_split;     // warps splitting K in a decode_gate_up_mma block (1, 2, 4 or 8)
   u32 down_split;   // the same for decode_down_mma
   u32 route_block;  // T up to which decode_route's last block routes each token with all its threads
+  u32 fold_route;   // 1: decode_route only writes logits; every decode_gate_up_mma block routes (FOLD_MAX_T)
+  u32 trace_twice;   // MOEKIT_TRACE builds: 1 routes every token twice (the second pass on warm code)
+  u64* trace;       // MOEKIT_TRACE builds: TRACE_WORDS globaltimer stamps (else unused, may be null)
 };
-static_assert(sizeof(DecodeParams) == 520, "DecodeParams layout");
+static_assert(sizeof(DecodeParams) == 536, "DecodeParams layout");
+
+// ---------------------------------------------------------------------------
+// Timeline stamps (a diagnostic build: NVRTC option -DMOEKIT_TRACE, set by
+// the host when the MOEKIT_TRACE environment variable is). Thread 0 of a
+// block writes %globaltimer (ns) into its slot of p.trace: the layout is
+// decode.rs `trace_summary`'s. Other builds compile no stamps.
+enum TraceSlot : u32 {
+  TR_ROUTE_START = 0,      // + route block
+  TR_ROUTE_LOADED = 256,   // + route block: its dots done (router rows and x loaded)
+  TR_ROUTE_DOTS = 512,     // + route block: its router rows written
+  TR_TAIL_TICKET = 1024,   // the last route block past its ticket
+  TR_TAIL_ROUTED = 1025,   // ... every token routed
+  TR_TAIL_END = 1026,      // ... sort written
+  TR_TAIL_FIRST = 1027,    // ... (trace_twice = 1: tokens routed twice) the first pass done
+  TR_GU = 2048,            // gate/up: + block (start), + 1024 + block (expert known),
+                           //   + 2048 + block (end), + 3072 + block (products, before the reduction)
+  TR_DOWN = 6144,          // down: + block (start), + 1024 (expert known), + 2048 (products stored),
+                           //   + 3072 (end), + 4096 (products, before the reduction)
+  TRACE_WORDS = 11264,
+};
+__device__ __forceinline__ void trace_at(const DecodeParams& p, u32 slot) {
+#ifdef MOEKIT_TRACE
+  if (threadIdx.x == 0 && p.trace != nullptr && slot < TRACE_WORDS) {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    p.trace[slot] = t;
+  }
+#endif
+}
+__device__ __forceinline__ u32 block_id() { return blockIdx.y * gridDim.x + blockIdx.x; }
 
 // ---------------------------------------------------------------------------
 // Kernel boundaries. On sm_90 decode.rs starts gate/up and down as
@@ -188,7 +221,7 @@ __device__ __forceinline__ QRow row_of(const DecodeW& w, u64 expert, u32 n) {
 // Routes token t with a team — a warp or the block (route.cuh's rules, the
 // CPU's arithmetic); the ids also go to `ids_s` (shared memory) for the sort.
 template <class W>
-__device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s) {
+__device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s, bool publish) {
   RouteParams rp;
   rp.logits = nullptr;
   rp.ids = p.ids;
@@ -215,11 +248,132 @@ __device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s
     default: route::Grouped<route::SigmoidScores>::run(rp, w, id, wt); break;
   }
   if (w.tid() < w.k) {
-    p.ids[(u64)t * w.k + w.tid()] = id;
-    p.weights[(u64)t * w.k + w.tid()] = wt;
+    if (publish) {
+      p.ids[(u64)t * w.k + w.tid()] = id;
+      p.weights[(u64)t * w.k + w.tid()] = wt;
+    }
     ids_s[t * w.k + w.tid()] = id;
   }
   w.sync();
+}
+
+// Where the expert sort writes: the global routing arrays, or a block's own
+// copies in shared memory.
+struct SortOut {
+  u32* offsets;   // [E + 1]
+  u32* active;    // [E]
+  u32* n_active;  // [1]
+  u32* slots;     // [T·k]
+};
+
+// Routes every token (each by the whole block for T ≤ route_block and E ≤
+// kBlockKeys, else a warp each), then sorts the T·k slots by expert
+// (stable) and lists the active experts ascending, into `o`: decode_route's
+// routing tail, or (fold_route) the prologue of a decode_gate_up_mma block.
+// `buf`: max(route_warps · 3 · E, E + 1) floats of shared memory, then T·k
+// ids. `publish`: also write the routing (ids, weights, shared factors) to
+// global memory. Every thread of the block calls it; the caller syncs
+// before reading the sort's arrays.
+__device__ void route_and_sort(const DecodeParams& p, float* buf, route::BlockScratch* s_route, const SortOut& o,
+                               bool publish) {
+  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const u32 E = p.n_experts, nt = p.n_tokens, k = p.top_k;
+  const u32 n = nt * k;
+  u32* ids_s = reinterpret_cast<u32*>(buf + max(p.route_warps * 3 * E, E + 1));
+  auto route_all = [&]() {
+    if (nt <= p.route_block && E <= route::kBlockKeys) {
+      // Few tokens: each routed by the whole block in turn (the first warp's buffers).
+      const route::Block w{lane, E, k, buf, buf + E, buf + 2 * E, s_route};
+      for (u32 t = 0; t < nt; ++t) route_token(p, t, w, ids_s, publish);
+    } else if (warp < p.route_warps) {
+      float* a = buf + (u64)warp * 3 * E;
+      const route::Warp w{lane, E, k, a, a + E, a + 2 * E};
+      for (u32 t = warp; t < nt; t += p.route_warps) route_token(p, t, w, ids_s, publish);
+    }
+  };
+#ifdef MOEKIT_TRACE
+  // Diagnostic (trace_twice = 1): route twice, the second pass on warm code.
+  if (p.trace_twice == 1) {
+    route_all();
+    __syncthreads();
+    if (publish) trace_at(p, TR_TAIL_FIRST);
+  }
+#endif
+  route_all();
+  if (publish) trace_at(p, TR_TAIL_ROUTED);
+  for (u32 t = threadIdx.x; publish && t < nt; t += blockDim.x) {
+    const float g = p.logits[(u64)t * (E + 1) + E];
+    p.shared_factor[t] = p.sgate.data ? 1.f / (1.f + expf(-g)) : 1.f;
+  }
+  __syncthreads();
+  if (nt == 1) {
+    // One token: its k experts (distinct) are the active list, ascending;
+    // an expert's offset is the number of chosen experts below it, and slot
+    // j goes to its expert's place — what the counting sort gives, without
+    // its passes over E.
+    for (u32 e = threadIdx.x; e <= E; e += blockDim.x) {
+      u32 c = 0;
+      for (u32 j = 0; j < k; ++j) c += ids_s[j] < e ? 1u : 0u;
+      o.offsets[e] = c;
+    }
+    if (threadIdx.x < k) {
+      const u32 id = ids_s[threadIdx.x];
+      u32 r = 0;
+      for (u32 j = 0; j < k; ++j) r += ids_s[j] < id ? 1u : 0u;
+      o.active[r] = id;
+      o.slots[r] = threadIdx.x;
+    }
+    if (threadIdx.x == 0) *o.n_active = k;
+    return;
+  }
+  // Counting sort of the T·k slots by expert (stable) and the active list,
+  // in shared memory (the routing buffers are free again).
+  u32* cnt = reinterpret_cast<u32*>(buf);
+  for (u32 e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (u32 s = threadIdx.x; s < n; s += blockDim.x) atomicAdd(&cnt[ids_s[s]], 1u);
+  __syncthreads();
+  if (warp == 0) {
+    u32 base = 0, act_base = 0;
+    for (u32 e0 = 0; e0 < E; e0 += 32) {
+      const u32 e = e0 + lane;
+      const u32 c = e < E ? cnt[e] : 0;
+      u32 inc = c, flag = c > 0 ? 1u : 0u;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const u32 a = __shfl_up_sync(0xffffffffu, inc, d);
+        const u32 b = __shfl_up_sync(0xffffffffu, flag, d);
+        if (lane >= (u32)d) {
+          inc += a;
+          flag += b;
+        }
+      }
+      if (e < E) {
+        o.offsets[e] = base + inc - c;
+        cnt[e] = base + inc - c;  // the expert's cursor
+        if (c > 0) o.active[act_base + flag - 1] = e;
+      }
+      base += __shfl_sync(0xffffffffu, inc, 31);
+      act_base += __shfl_sync(0xffffffffu, flag, 31);
+    }
+    if (lane == 0) {
+      o.offsets[E] = base;
+      *o.n_active = act_base;
+    }
+    __syncwarp();
+    // Stable placement, 32 slots at a time: a slot's place is its expert's
+    // cursor plus the earlier lanes with the same expert; the last of those
+    // lanes then advances the cursor.
+    for (u32 s0 = 0; s0 < n; s0 += 32) {
+      const u32 s = s0 + lane;
+      const u32 e = s < n ? ids_s[s] : 0xffffffffu;
+      const u32 peers = __match_any_sync(0xffffffffu, e);
+      if (s < n) o.slots[cnt[e] + __popc(peers & ((1u << lane) - 1u))] = s;
+      __syncwarp();
+      if (s < n && (peers >> lane) == 1u) cnt[e] += __popc(peers);
+      __syncwarp();
+    }
+  }
 }
 
 constexpr u32 ROUTE_ROW_WARPS = 4;  // warps splitting one router row
@@ -248,6 +402,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
   const u32 nch = (H + FR::CHUNK - 1) / FR::CHUNK;
   const T* x = static_cast<const T*>(p.x);
   constexpr u32 STRIDE = 32 * ROUTE_ROW_WARPS;
+  trace_at(p, TR_ROUTE_START + blockIdx.x);
   pdl_trigger();
   for (u32 t0 = 0; t0 < nt; t0 += DEC_TG) {
     float acc[DEC_TG];
@@ -271,6 +426,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
         }
       }
     }
+    if (t0 == 0) trace_at(p, TR_ROUTE_LOADED + blockIdx.x);
 #pragma unroll
     for (int i = 0; i < DEC_TG; ++i) {
       const float s = warp_sum(acc[i]);
@@ -288,74 +444,15 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
     }
     __syncthreads();
   }
+  trace_at(p, TR_ROUTE_DOTS + blockIdx.x);
+  if (p.fold_route) return;  // the gate/up blocks route (decode_gate_up_mma)
   // Last block to finish routes every token.
   if (!last_arrival(p.ticket, gridDim.x, &s_last)) return;
-  const u32 n = nt * k;
-  u32* ids_s = reinterpret_cast<u32*>(dec_smem + max(p.route_warps * 3 * E, E + 1));
-  if (nt <= p.route_block && E <= route::kBlockKeys) {
-    // Few tokens: each routed by the whole block in turn (the first warp's buffers).
-    __shared__ route::BlockScratch s_route;
-    const route::Block w{lane, E, k, dec_smem, dec_smem + E, dec_smem + 2 * E, &s_route};
-    for (u32 t = 0; t < nt; ++t) route_token(p, t, w, ids_s);
-  } else if (warp < p.route_warps) {
-    float* a = dec_smem + (u64)warp * 3 * E;
-    const route::Warp w{lane, E, k, a, a + E, a + 2 * E};
-    for (u32 t = warp; t < nt; t += p.route_warps) route_token(p, t, w, ids_s);
-  }
-  for (u32 t = threadIdx.x; t < nt; t += blockDim.x) {
-    const float g = p.logits[(u64)t * (E + 1) + E];
-    p.shared_factor[t] = p.sgate.data ? 1.f / (1.f + expf(-g)) : 1.f;
-  }
-  __syncthreads();
-  // Counting sort of the T·k slots by expert (stable) and the active list,
-  // in shared memory (the routing buffers are free again).
-  u32* cnt = reinterpret_cast<u32*>(dec_smem);
-  for (u32 e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
-  __syncthreads();
-  for (u32 s = threadIdx.x; s < n; s += blockDim.x) atomicAdd(&cnt[ids_s[s]], 1u);
-  __syncthreads();
-  if (warp == 0) {
-    u32 base = 0, act_base = 0;
-    for (u32 e0 = 0; e0 < E; e0 += 32) {
-      const u32 e = e0 + lane;
-      const u32 c = e < E ? cnt[e] : 0;
-      u32 inc = c, flag = c > 0 ? 1u : 0u;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const u32 a = __shfl_up_sync(0xffffffffu, inc, o);
-        const u32 b = __shfl_up_sync(0xffffffffu, flag, o);
-        if (lane >= (u32)o) {
-          inc += a;
-          flag += b;
-        }
-      }
-      if (e < E) {
-        p.offsets[e] = base + inc - c;
-        cnt[e] = base + inc - c;  // the expert's cursor
-        if (c > 0) p.active[act_base + flag - 1] = e;
-      }
-      base += __shfl_sync(0xffffffffu, inc, 31);
-      act_base += __shfl_sync(0xffffffffu, flag, 31);
-    }
-    if (lane == 0) {
-      p.offsets[E] = base;
-      *p.n_active = act_base;
-    }
-    __syncwarp();
-    // Stable placement, 32 slots at a time: a slot's place is its expert's
-    // cursor plus the earlier lanes with the same expert; the last of those
-    // lanes then advances the cursor.
-    for (u32 s0 = 0; s0 < n; s0 += 32) {
-      const u32 s = s0 + lane;
-      const u32 e = s < n ? ids_s[s] : 0xffffffffu;
-      const u32 peers = __match_any_sync(0xffffffffu, e);
-      if (s < n) p.slots[cnt[e] + __popc(peers & ((1u << lane) - 1u))] = s;
-      __syncwarp();
-      if (s < n && (peers >> lane) == 1u) cnt[e] += __popc(peers);
-      __syncwarp();
-    }
-  }
+  trace_at(p, TR_TAIL_TICKET);
+  __shared__ route::BlockScratch s_route;
+  route_and_sort(p, dec_smem, &s_route, SortOut{p.offsets, p.active, p.n_active, p.slots}, true);
   if (threadIdx.x == 0) *p.ticket = 0;  // ready for the next launch (graph replay)
+  trace_at(p, TR_TAIL_END);
 }
 
 
@@ -363,8 +460,10 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
 // expert of grid row blockIdx.y — active expert y, or (y = max_active) the
 // shared expert; false when the row has none this call.
 __device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& shared, u32& e) {
+  trace_at(p, TR_GU + block_id());
   pdl_trigger();
   pdl_wait();
+  trace_at(p, TR_GU + 1024 + block_id());
   shared = blockIdx.y == p.max_active;
   // Both words at once (one round trip): active[y] is in bounds (y <
   // max_active ≤ E) and ignored when y ≥ n_active.
@@ -434,6 +533,81 @@ __device__ __forceinline__ u32 frag_tok(u32 n, u32 i, u32 l) { return 8u * n + 2
 
 constexpr u32 MMA_RED = MMA_WARPS * 2 * 2 * 4 * 32;  // floats of the reduction buffer
 
+// What a decode_gate_up_mma block works on: the expert of grid row
+// blockIdx.y (active expert y, or the shared expert) and its slots.
+struct GuWork {
+  bool shared;
+  u32 e;
+  u32 n_tok;         // routed slots of the expert (the shared expert: every token)
+  const u32* slots;  // their slot numbers t·k + j, in slot order (global or shared memory)
+};
+
+// Tokens up to which decode_gate_up_mma blocks can route themselves
+// (fold_route): each block keeps its expert's slots (at most one a token).
+constexpr u32 FOLD_MAX_T = 16;
+
+// The start of a decode_gate_up_mma block: waits for the routing step (or,
+// with fold_route, for the router logits, then routes every token and sorts
+// the slots itself — block (0, 0) also publishing the routing for the down
+// step and the caller — so that no block waits for a one-block routing tail
+// and its global round trips). False when the row has no work this call.
+__device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, GuWork& w) {
+  __shared__ u32 s_tok[FOLD_MAX_T];
+  __shared__ u32 s_n[2];
+  if (!p.fold_route) {
+    if (!gate_up_begin(p, w.shared, w.e)) return false;
+    if (!w.shared) {
+      const u32 first = p.offsets[w.e];
+      w.n_tok = p.offsets[w.e + 1] - first;
+      w.slots = p.slots + first;
+    }
+    return true;
+  }
+  trace_at(p, TR_GU + block_id());
+  pdl_trigger();
+  pdl_wait();
+  trace_at(p, TR_GU + 1024 + block_id());
+  w.shared = blockIdx.y == p.max_active;
+  w.e = 0;
+  w.n_tok = 0;
+  w.slots = s_tok;
+  if (w.shared) return p.sg.data != nullptr;
+  // Shared memory (in `red`, free until the products): the routing buffers
+  // and ids, then the sort's arrays.
+  const u32 E = p.n_experts, n = p.n_tokens * p.top_k;
+  float* buf = red;
+  u32* sorted = reinterpret_cast<u32*>(buf + max(p.route_warps * 3 * E, E + 1) + n);
+  const bool publish = blockIdx.x == 0 && blockIdx.y == 0;
+  const SortOut o{sorted, sorted + E + 1, sorted + 2 * E + 1, sorted + 2 * E + 2};
+  __shared__ route::BlockScratch s_route;
+  route_and_sort(p, buf, &s_route, o, publish);
+  __syncthreads();  // the sort's arrays
+  if (publish) {
+    // The routing for the down step and the caller (the sort's arrays as
+    // the routing tail writes them).
+    for (u32 i = threadIdx.x; i <= E; i += blockDim.x) p.offsets[i] = o.offsets[i];
+    for (u32 i = threadIdx.x; i < *o.n_active; i += blockDim.x) p.active[i] = o.active[i];
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) p.slots[i] = o.slots[i];
+    if (threadIdx.x == 0) *p.n_active = *o.n_active;
+  }
+  if (threadIdx.x == 0) {
+    const u32 n_active = *o.n_active;
+    const u32 y = blockIdx.y;
+    const u32 e = y < n_active ? o.active[y] : 0;
+    const u32 first = y < n_active ? o.offsets[e] : 0;
+    const u32 cnt = y < n_active ? min(o.offsets[e + 1] - first, FOLD_MAX_T) : 0;
+    for (u32 i = 0; i < cnt; ++i) s_tok[i] = o.slots[first + i];
+    s_n[0] = y < n_active ? 1u : 0u;
+    s_n[1] = e | (cnt << 16);
+  }
+  __syncthreads();  // s_tok; `red` is free again
+  if (publish) trace_at(p, TR_TAIL_END);
+  if (s_n[0] == 0) return false;
+  w.e = s_n[1] & 0xffffu;
+  w.n_tok = s_n[1] >> 16;
+  return true;
+}
+
 // Where a warp works: its tile's first row, its part of K, and the split.
 struct MmaWarp {
   u32 mt, ks, ks_n, row0;
@@ -451,8 +625,8 @@ struct MmaWarp {
 // full sums (the owner lane itself when KS = 1, else after the reduction;
 // emit is called by some thread of the block, lane l's element).
 template <typename F, typename T, int MATS, int NT, typename Emit>
-__device__ __forceinline__ void mma_group(const MmaWarp& mw, const QRow (&rows)[MATS][2], const T* const (&xr)[NT],
-                                          u32 n_spans, float* red, const Emit& emit) {
+__device__ __forceinline__ void mma_group(const DecodeParams& p, u32 tr, const MmaWarp& mw, const QRow (&rows)[MATS][2],
+                                          const T* const (&xr)[NT], u32 n_spans, float* red, const Emit& emit) {
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   float acc[MATS][NT][4];
 #pragma unroll
@@ -462,6 +636,7 @@ __device__ __forceinline__ void mma_group(const MmaWarp& mw, const QRow (&rows)[
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
   mma_spans<F, T, MATS, NT>(rows, xr, mw.ks, mw.ks_n, n_spans, acc);
+  trace_at(p, tr);
   if (mw.ks_n == 1) {
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -494,9 +669,10 @@ template <typename F, typename T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __grid_constant__ DecodeParams p) {
   __shared__ __align__(16) float red[MMA_RED];
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, k = p.top_k, H = p.hidden;
-  bool shared;
-  u32 e;
-  if (!gate_up_begin(p, shared, e)) return;
+  GuWork wk;
+  if (!gate_up_work(p, red, wk)) return;
+  const bool shared = wk.shared;
+  const u32 e = wk.e;
   const DecodeW& G = shared ? p.sg : p.gate_w;
   const DecodeW& U = shared ? p.su : p.up_w;
   const u32 n_rows = shared ? p.sd.k : p.down_w.k;  // I (or Is): down's K
@@ -513,16 +689,16 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
     rows[0][h] = row_of<F>(G, e, r);
     rows[1][h] = row_of<F>(U, e, r);
   }
-  const u32 first = shared ? 0 : p.offsets[e];
-  const u32 n_tok = shared ? nt : p.offsets[e + 1] - first;
+  const u32 n_tok = shared ? nt : wk.n_tok;
+  const u32* const my_slots = wk.slots;
   const u32 n_spans = live ? (H + MMA_SPAN - 1) / MMA_SPAN : 0;
   const T* x = static_cast<const T*>(p.x);
   T* act = static_cast<T*>(p.act);
   const u32 row_base = blockIdx.x * tile_rows;
   for (u32 i0 = 0; i0 < n_tok; i0 += MMA_GROUP) {
     const u32 cnt = min(MMA_GROUP, n_tok - i0);
-    auto tok = [&](u32 i) { return shared ? i0 + i : p.slots[first + i0 + i] / k; };
-    auto slot = [&](u32 i) { return shared ? nt * k + i0 + i : p.slots[first + i0 + i]; };
+    auto tok = [&](u32 i) { return shared ? i0 + i : my_slots[i0 + i] / k; };
+    auto slot = [&](u32 i) { return shared ? nt * k + i0 + i : my_slots[i0 + i]; };
     auto emit = [&](u32 mt, u32 n, u32 i, u32 l, const float (&v)[2]) {
       const u32 row = row_base + mt * MMA_TILE + frag_row(i, l), t = frag_tok(n, i, l);
       // The general path's fused SwiGLU stores its output in T.
@@ -531,12 +707,13 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
     const u32 g = lane >> 2;
     if (cnt <= 8) {
       const T* xr[1] = {g < cnt ? x + (u64)tok(g) * H : nullptr};
-      mma_group<F, T, 2, 1>(mw, rows, xr, n_spans, red, emit);
+      mma_group<F, T, 2, 1>(p, TR_GU + 3072 + block_id(), mw, rows, xr, n_spans, red, emit);
     } else {
       const T* xr[2] = {x + (u64)tok(g) * H, g + 8 < cnt ? x + (u64)tok(g + 8) * H : nullptr};
-      mma_group<F, T, 2, 2>(mw, rows, xr, n_spans, red, emit);
+      mma_group<F, T, 2, 2>(p, TR_GU + 3072 + block_id(), mw, rows, xr, n_spans, red, emit);
     }
   }
+  trace_at(p, TR_GU + 2048 + block_id());
 }
 
 // Blocks an SM that decode_down_mma's registers allow: 4 (64 registers)
@@ -557,8 +734,10 @@ template <typename F, typename T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_down_mma(const __grid_constant__ DecodeParams p) {
   __shared__ __align__(16) float red[MMA_RED];
   __shared__ u32 s_last;
+  trace_at(p, TR_DOWN + block_id());
   pdl_trigger();
   pdl_wait();  // gate/up's act rows (and, through it, the routing)
+  trace_at(p, TR_DOWN + 1024 + block_id());
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, H = p.hidden, k = p.top_k;
   const u32 n_slots = nt * k;
   const bool has_shared = p.sd.data != nullptr;
@@ -589,12 +768,13 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_d
     const u32 g = lane >> 2;
     if (cnt <= 8) {
       const T* xr[1] = {g < cnt ? act + (u64)slot(g) * p.act_stride : nullptr};
-      mma_group<F, T, 1, 1>(mw, rows, xr, n_spans, red, emit);
+      mma_group<F, T, 1, 1>(p, TR_DOWN + 4096 + block_id(), mw, rows, xr, n_spans, red, emit);
     } else {
       const T* xr[2] = {act + (u64)slot(g) * p.act_stride, g + 8 < cnt ? act + (u64)slot(g + 8) * p.act_stride : nullptr};
-      mma_group<F, T, 1, 2>(mw, rows, xr, n_spans, red, emit);
+      mma_group<F, T, 1, 2>(p, TR_DOWN + 4096 + block_id(), mw, rows, xr, n_spans, red, emit);
     }
   }
+  trace_at(p, TR_DOWN + 2048 + block_id());
   // The tile's last block combines (the other blocks' y rows are visible).
   if (!last_arrival(p.tile_tickets + blockIdx.x, n_active + (has_shared ? 1u : 0u), &s_last)) return;
   const u32 nr = min(tile_rows, H - row_base);
@@ -604,6 +784,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_d
     out[(u64)t * H + h] = combine_token<T>(p, t, [&](u32 s) { return __ldcg(p.y + (u64)s * H + h); });
   }
   if (threadIdx.x == 0) p.tile_tickets[blockIdx.x] = 0;  // ready for the next launch (graph replay)
+  trace_at(p, TR_DOWN + 3072 + block_id());
 }
 
 }  // namespace moekit

@@ -31,6 +31,10 @@ pub mod cuda {
     pub mod act {
         pub use crate::cuda::ops::act::swiglu_into;
     }
+    /// `kernels/decode.cu`.
+    pub mod decode {
+        pub use crate::cuda::ops::decode::force_fold;
+    }
     /// `kernels/gather_mm.cu`.
     pub mod gather_mm {
         pub use crate::cuda::ops::gather_mm::{gather_mm_into, gather_swiglu_into};

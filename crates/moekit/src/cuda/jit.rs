@@ -60,6 +60,21 @@ pub static HEADERS: &[Source] = &[
 /// Options passed to NVRTC for every kernel (besides the architecture).
 const OPTIONS: &[&str] = &["-std=c++17", "-default-device", "--fmad=true", "-lineinfo"];
 
+/// Whether kernels are built with the decode path's timeline stamps
+/// (`-DMOEKIT_TRACE`, a diagnostic: the `MOEKIT_TRACE` environment variable).
+pub(crate) fn trace_enabled() -> bool {
+    std::env::var_os("MOEKIT_TRACE").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The options of this process's builds: [`OPTIONS`], plus the trace define.
+fn options() -> Vec<&'static str> {
+    let mut o = OPTIONS.to_vec();
+    if trace_enabled() {
+        o.push("-DMOEKIT_TRACE");
+    }
+    o
+}
+
 fn nvrtc_ok(r: nv::nvrtcResult, what: &str) -> Result<()> {
     if r == nv::nvrtcResult::NVRTC_SUCCESS {
         Ok(())
@@ -164,7 +179,7 @@ pub fn compile(source: &Source, name_expr: &str, arch: Arch) -> Result<Compiled>
         unsafe { nv::nvrtcAddNameExpression(prog.0, expr.as_ptr()) },
         "nvrtcAddNameExpression",
     )?;
-    let mut opts: Vec<CString> = OPTIONS
+    let mut opts: Vec<CString> = options()
         .iter()
         .map(|o: &&str| cstring(o))
         .collect::<Result<_>>()?;
@@ -242,7 +257,7 @@ fn cache_key(source: &Source, name_expr: &str, arch: Arch, nvrtc: (i32, i32)) ->
         h.update([0]);
     }
     h.update(name_expr.as_bytes());
-    h.update(OPTIONS.join(" ").as_bytes());
+    h.update(options().join(" ").as_bytes());
     h.update(arch.nvrtc_target().as_bytes());
     h.update(format!("nvrtc {}.{}", nvrtc.0, nvrtc.1).as_bytes());
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()

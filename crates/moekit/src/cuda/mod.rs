@@ -79,7 +79,12 @@ pub struct CudaDevice {
     jit: jit::Jit,
     err: CudaSlice<u32>,
     tickets: CudaSlice<u32>,
+    /// The decode path's timeline stamps ([`jit::trace_enabled`] builds only).
+    trace: Option<CudaSlice<u64>>,
 }
+
+/// Words of the decode path's timeline buffer (kernels/decode.cu `TRACE_WORDS`).
+pub(crate) const TRACE_WORDS: usize = 11264;
 
 /// Ticket counters the decode path's down kernel keeps per 16-row output
 /// tile (so H ≤ 16 · TILE_TICKETS there).
@@ -138,9 +143,19 @@ impl CudaDevice {
         let tickets = stream
             .alloc_zeros::<u32>(TILE_TICKETS)
             .map_err(cuda_err("alloc tile tickets"))?;
+        let trace = if jit::trace_enabled() {
+            Some(
+                stream
+                    .alloc_zeros::<u64>(TRACE_WORDS)
+                    .map_err(cuda_err("alloc trace buffer"))?,
+            )
+        } else {
+            None
+        };
         Ok(CudaDevice {
             err,
             tickets,
+            trace,
             ordinal,
             ctx,
             stream,
@@ -215,6 +230,37 @@ impl CudaDevice {
     pub(crate) fn tile_tickets(&self) -> u64 {
         let (p, _g) = self.tickets.device_ptr(&self.stream);
         p
+    }
+
+    /// Device address of the decode path's timeline buffer, or 0 when the
+    /// kernels are not built with stamps.
+    pub(crate) fn trace_ptr(&self) -> u64 {
+        self.trace
+            .as_ref()
+            .map_or(0, |t| t.device_ptr(&self.stream).0)
+    }
+
+    /// The decode path's timeline of its last call (`MOEKIT_TRACE` builds),
+    /// summarized per kernel phase; the buffer is cleared. `None` without
+    /// stamps.
+    pub fn decode_trace(&self) -> Result<Option<String>> {
+        let Some(t) = self.trace.as_ref() else {
+            return Ok(None);
+        };
+        let stream = self.stream();
+        let v = stream.clone_dtoh(t).map_err(cuda_err("read trace"))?;
+        // SAFETY: the buffer is a live allocation of TRACE_WORDS words of
+        // this context, written only by kernels on this stream.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                self.trace_ptr(),
+                0,
+                TRACE_WORDS * 8,
+                stream.cu_stream(),
+            )
+        }
+        .map_err(cuda_err("clear trace"))?;
+        Ok(Some(ops::decode::trace_summary(&v)))
     }
 
     /// Waits for the stream, then returns (and clears) any argument error a

@@ -313,6 +313,60 @@ fn decode_is_deterministic_and_batch_invariant() {
     }
 }
 
+/// T = 1 routed by every gate/up block itself (`fold_route`, the default)
+/// and by the routing launch's last block give the same bits: output, ids
+/// and weights, for every rule, a shared expert, dense and quantized
+/// experts, and E = 512 (beyond the fold: both runs take the tail).
+#[test]
+fn gate_up_blocks_route_as_the_routing_tail_does() {
+    use moekit::testing::cuda::decode::force_fold;
+    for (e, k) in [(64, 6), (512, 10)] {
+        let s = Shape {
+            e,
+            k,
+            h: 512,
+            i: 256,
+            si: 512,
+            fused: false,
+            gated: true,
+        };
+        for f in ["affine4", "q4_k", "bf16"] {
+            for kind in rules(s.e) {
+                let dev = block(WeightFormat::parse(f).unwrap(), &s, kind.clone())
+                    .to_device(gpu())
+                    .unwrap();
+                for seed in 0..3u64 {
+                    let x = random(&[1, s.h], DType::Bf16, 70 + seed)
+                        .to_device(gpu())
+                        .unwrap();
+                    let mut got = Vec::new();
+                    for fold in [true, false] {
+                        force_fold(Some(fold));
+                        let r = dev.forward_with(Backend::Cuda, MoePath::Decode, &x);
+                        force_fold(None);
+                        let r = r.unwrap();
+                        got.push((
+                            host_f32(&r.out),
+                            r.routing
+                                .ids
+                                .to_device(Device::Cpu)
+                                .unwrap()
+                                .as_slice::<u32>()
+                                .unwrap()
+                                .to_vec(),
+                            host_f32(&r.routing.weights),
+                        ));
+                    }
+                    assert_eq!(
+                        got[0], got[1],
+                        "{f} E={e} {kind:?} seed {seed}: fold vs tail"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn decode_path_is_refused_where_it_does_not_apply() {
     let s = Shape {

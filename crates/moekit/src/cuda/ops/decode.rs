@@ -70,6 +70,49 @@ fn route_block_tokens() -> usize {
     *ENV.get_or_init(|| super::env_knob("MOEKIT_ROUTE_BLOCK_T", 0..=MAX_TOKENS, 1))
 }
 
+/// Tokens up to which the tensor-core gate/up blocks can route themselves
+/// (kernels/decode.cu `FOLD_MAX_T`).
+const FOLD_MAX_T: usize = 16;
+/// Floats of a tensor-core expert block's reduction buffer (`MMA_RED`).
+const MMA_RED: usize = MMA_WARPS * 2 * 2 * 4 * 32;
+
+/// A test's choice of `fold_route` (0: none, 1: off, 2: on): [`force_fold`].
+static FOLD_FORCED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Forces the gate/up blocks' own routing on or off (`None`: the knob
+/// decides), so that tests can compare both paths in one process.
+pub fn force_fold(on: Option<bool>) {
+    let v = match on {
+        None => 0,
+        Some(false) => 1,
+        Some(true) => 2,
+    };
+    FOLD_FORCED.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the gate/up blocks route the tokens themselves (`fold_route`):
+/// `MOEKIT_DECODE_FOLD=0|1` (read once), default on, unless a test forces it.
+fn fold_knob() -> bool {
+    match FOLD_FORCED.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => return false,
+        2 => return true,
+        _ => {}
+    }
+    static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| super::env_knob("MOEKIT_DECODE_FOLD", 0..=1, 1)) == 1
+}
+
+/// Whether a tensor-core call of `t` tokens folds the routing into the
+/// gate/up blocks: few tokens, each routed by a whole block (T ≤ the
+/// route_block knob, E ≤ 256 keys), and the routing and sort buffers
+/// (route.rs's 3·E floats a routing warp, the ids, the sort's arrays) fit the
+/// block's reduction buffer, which they borrow.
+fn folds(t: usize, e: usize, k: usize, route_warps: usize) -> bool {
+    let n = t * k;
+    let room = (route_warps * 3 * e).max(e + 1) + n + (2 * e + 2) + n;
+    fold_knob() && t <= FOLD_MAX_T && t <= route_block_tokens() && e <= 256 && room <= MMA_RED
+}
+
 /// Rows per tensor-core expert block for K (16 per row tile, 8 / split tiles).
 fn mma_rows(k: usize) -> usize {
     MMA_TILE * (MMA_WARPS / mma_split(k))
@@ -137,8 +180,11 @@ struct DecodeParams {
     gu_split: u32,
     down_split: u32,
     route_block: u32,
+    fold_route: u32,
+    trace_twice: u32,
+    trace: u64,
 }
-const _: () = assert!(std::mem::size_of::<DecodeParams>() == 520);
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 536);
 
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
@@ -564,6 +610,16 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         gu_split: mma_split(h) as u32,
         down_split: mma_split(i.max(si)) as u32,
         route_block: route_block_tokens() as u32,
+        // Every gate/up block routes: worth it only while they all run in
+        // one wave (2 an SM), each paying the routing once (H100: qwen3
+        // T = 1 40.9 → 38.9 µs; Mixtral's 2 688 blocks 124 → 135 µs).
+        fold_route: (mma
+            && folds(t, e, k, plan.route_warps)
+            && i.max(si).div_ceil(mma_rows(h)) * (max_active + 1) <= 2 * dev.sm_count() as usize)
+            as u32,
+        // Diagnostic of MOEKIT_TRACE builds: route every token twice.
+        trace_twice: super::env_knob("MOEKIT_TRACE_TWICE", 0..=1, 0),
+        trace: dev.trace_ptr(),
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;
@@ -662,6 +718,63 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         weights: view(2, DType::F32, &[t, k])?,
     };
     Ok((routing, out))
+}
+
+/// Trace slots (kernels/decode.cu `TraceSlot`).
+const TR_ROUTE_LOADED: usize = 256;
+const TR_ROUTE_DOTS: usize = 512;
+const TR_TAIL: usize = 1024;
+const TR_GU: usize = 2048;
+const TR_DOWN: usize = 6144;
+
+/// A one-line-per-phase summary of a traced call's stamps (ns, relative to
+/// the first routing block's start): each phase's earliest, median and
+/// latest stamp over the blocks that wrote one.
+pub(crate) fn trace_summary(v: &[u64]) -> String {
+    let t0 = v
+        .get(..TR_ROUTE_LOADED)
+        .and_then(|r| r.iter().filter(|&&x| x != 0).min().copied());
+    let Some(t0) = t0 else {
+        return "trace: no stamps (was the decode path taken?)".into();
+    };
+    let phase = |name: &str, lo: usize, n: usize| -> String {
+        let mut r: Vec<i64> = v
+            .get(lo..lo + n)
+            .unwrap_or(&[])
+            .iter()
+            .filter(|&&x| x != 0)
+            .map(|&x| x as i64 - t0 as i64)
+            .collect();
+        r.sort_unstable();
+        match (r.first(), r.get(r.len() / 2), r.last()) {
+            (Some(a), Some(m), Some(b)) => format!(
+                "  {name:<22} n={:<4} first {:>7.2}  median {:>7.2}  last {:>7.2} us\n",
+                r.len(),
+                *a as f64 / 1e3,
+                *m as f64 / 1e3,
+                *b as f64 / 1e3
+            ),
+            _ => format!("  {name:<22} none\n"),
+        }
+    };
+    let mut out = String::from("decode trace (us from the first route block's start):\n");
+    out += &phase("route start", 0, 256);
+    out += &phase("route dots done", TR_ROUTE_LOADED, 256);
+    out += &phase("route rows written", TR_ROUTE_DOTS, 512);
+    out += &phase("tail past ticket", TR_TAIL, 1);
+    out += &phase("tail 1st pass (twice)", TR_TAIL + 3, 1);
+    out += &phase("tail routed", TR_TAIL + 1, 1);
+    out += &phase("tail end", TR_TAIL + 2, 1);
+    out += &phase("gate/up start", TR_GU, 1024);
+    out += &phase("gate/up past wait", TR_GU + 1024, 1024);
+    out += &phase("gate/up products", TR_GU + 3072, 1024);
+    out += &phase("gate/up end", TR_GU + 2048, 1024);
+    out += &phase("down start", TR_DOWN, 1024);
+    out += &phase("down past wait", TR_DOWN + 1024, 1024);
+    out += &phase("down products", TR_DOWN + 4096, 1024);
+    out += &phase("down stored", TR_DOWN + 2048, 1024);
+    out += &phase("down combined", TR_DOWN + 3072, 1024);
+    out
 }
 
 #[cfg(test)]
