@@ -79,9 +79,45 @@ static int check_mlx(const char* dir, const char* mode, int group) {
   return bad != 0;
 }
 
+// FP8 block-scaled rows (dequant_fp8.cuh) over scripts/fixtures/fp8.py's
+// NAME_w.npy (e4m3 bytes [n, k]), NAME_scales_rows.npy (per-row f32 scales
+// [n, k/group]) and NAME_deq.npy (numpy + ml_dtypes weight_dequant).
+static int check_fp8(const char* dir, const char* name, int n, int k, int group) {
+  const std::string p = std::string(dir) + "/" + name + "_";
+  const auto w = npy_data(p + "w.npy"), s = npy_data(p + "scales_rows.npy"), deq = npy_data(p + "deq.npy");
+  if (w.size() != (size_t)n * k || s.size() != (size_t)4 * n * (k / group) || deq.size() != (size_t)4 * n * k) {
+    std::printf("fp8 %-6s bad fixture sizes\n", name);
+    return 1;
+  }
+  std::vector<uint4> aligned((w.size() + 15) / 16);
+  std::memcpy(aligned.data(), w.data(), w.size());
+  std::vector<float> scales(s.size() / 4);
+  std::memcpy(scales.data(), s.data(), s.size());
+  using F = moekit::FmtFp8Block;
+  int bad = 0;
+  for (int row = 0; row < n; ++row) {
+    const moekit::u8* data = reinterpret_cast<const moekit::u8*>(aligned.data()) + (size_t)row * k;
+    const moekit::u8* sc = reinterpret_cast<const moekit::u8*>(scales.data() + (size_t)row * (k / group));
+    moekit::QRow r{data, sc, sc, (moekit::u32)k, (moekit::u32)__builtin_ctz(group)};
+    for (moekit::u32 c = 0; c < (moekit::u32)k / F::CHUNK; ++c) {
+      float out[F::CHUNK];
+      F::template dequant<F::CHUNK>(r, c, out);
+      for (int i = 0; i < F::CHUNK; ++i) {
+        float want;
+        std::memcpy(&want, deq.data() + 4 * ((size_t)row * k + c * F::CHUNK + i), 4);
+        if (!(out[i] == want || (out[i] != out[i] && want != want)) && bad++ < 3)
+          std::printf("fp8 %-6s row %d weight %u: got %.9g want %.9g\n", name, row, c * F::CHUNK + i, out[i], want);
+      }
+    }
+  }
+  std::printf("fp8 %-6s %d rows: %s\n", name, n, bad ? "MISMATCH" : "ok");
+  return bad != 0;
+}
+
 int main(int argc, char** argv) {
   const char* dir = argc > 1 ? argv[1] : "fixtures/ggml";
   const char* mlx_dir = argc > 2 ? argv[2] : "fixtures/mlxfp";
+  const char* fp8_dir = argc > 3 ? argv[3] : "fixtures/fp8";
   using namespace moekit;
   int fails = 0;
   fails += check<FmtQ4_0>(dir, "q4_0", 32);
@@ -102,5 +138,7 @@ int main(int argc, char** argv) {
   fails += check_mlx<FmtMlxFp<4, 32>>(mlx_dir, "mxfp4", 32);
   fails += check_mlx<FmtMlxFp<4, 16>>(mlx_dir, "nvfp4", 16);
   fails += check_mlx<FmtMlxFp<8, 32>>(mlx_dir, "mxfp8", 32);
+  fails += check_fp8(fp8_dir, "ragged", 136, 160, 32);
+  fails += check_fp8(fp8_dir, "full", 130, 256, 128);
   return fails ? 1 : 0;
 }

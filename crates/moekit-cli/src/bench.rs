@@ -22,7 +22,7 @@ pub struct BenchArgs {
     /// Model preset (qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite, gpt-oss-20b, qwen3-next-80b).
     #[arg(long, default_value = "qwen3-30b-a3b")]
     pub preset: String,
-    /// Expert weight formats, comma separated (q4_0, q8_0, q4_k, iq4_xs, mxfp4, affine4, affine8-g32, mlx-mxfp4, mlx-nvfp4, mlx-mxfp8, bf16, ...), or `all`.
+    /// Expert weight formats, comma separated (q4_0, q8_0, q4_k, iq4_xs, mxfp4, affine4, affine8-g32, mlx-mxfp4, mlx-nvfp4, mlx-mxfp8, fp8-b128, bf16, ...), or `all`.
     #[arg(long, default_value = "q4_0", value_delimiter = ',')]
     pub format: Vec<String>,
     /// Token counts T per MoE call, comma separated.

@@ -595,3 +595,4 @@ struct FmtQ6_K : Codes<FmtQ6_K> {
 
 #include "moekit/dequant_iq.cuh"
 #include "moekit/dequant_mlx.cuh"
+#include "moekit/dequant_fp8.cuh"

@@ -63,12 +63,17 @@ pub fn decode_max_tokens(expert_format: WeightFormat, activations: DType) -> usi
             WeightFormat::Affine(_)
             | WeightFormat::AffineU8 { .. }
             | WeightFormat::Ggml(_)
-            | WeightFormat::MlxFp(_) => 32,
+            | WeightFormat::MlxFp(_)
+            | WeightFormat::Fp8Block { .. } => 32,
         };
     }
     match expert_format {
-        // MLX fp: not measured; taken as affine (32-weight packs, u8 scales).
-        WeightFormat::Affine(_) | WeightFormat::AffineU8 { .. } | WeightFormat::MlxFp(_) => 8,
+        // MLX fp and FP8 blocks: not measured; taken as affine (32-weight
+        // packs, one scale per group).
+        WeightFormat::Affine(_)
+        | WeightFormat::AffineU8 { .. }
+        | WeightFormat::MlxFp(_)
+        | WeightFormat::Fp8Block { .. } => 8,
         WeightFormat::Dense(_) => 1,
         WeightFormat::Ggml(_) => 4,
     }

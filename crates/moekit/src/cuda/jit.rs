@@ -44,6 +44,7 @@ pub static HEADERS: &[Source] = &[
     header!("dequant.cuh"),
     header!("dequant_iq.cuh"),
     header!("dequant_mlx.cuh"),
+    header!("dequant_fp8.cuh"),
     header!("iq_grids.cuh"),
     header!("pipe.cuh"),
     header!("tc_decode.cuh"),

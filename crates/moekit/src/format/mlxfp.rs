@@ -168,7 +168,7 @@ pub fn e4m3_to_f32(b: u8) -> f32 {
 }
 
 /// [`e4m3_to_f32`] of every byte (the row decoder's table).
-static E4M3: std::sync::LazyLock<[f32; 256]> =
+pub(crate) static E4M3: std::sync::LazyLock<[f32; 256]> =
     std::sync::LazyLock::new(|| std::array::from_fn(|b| e4m3_to_f32(b as u8)));
 
 /// Dequantizes one row: `words` (`K·bits/32`) and `scales` (`K/group_size`)

@@ -7,6 +7,9 @@
 //!   the IQ1–IQ3 grid types, TQ1_0, TQ2_0) with `#[repr(C)]` blocks.
 //! * [`mlxfp`]: MLX's microscaled floating-point modes `mxfp4`, `nvfp4` and
 //!   `mxfp8` (packed `u32` codes, `u8` e8m0/e4m3 scales, no biases).
+//! * [`fp8`]: FP8 block-scaled weights of the Hugging Face DeepSeek-V3 /
+//!   Kimi-K2 / MiniMax-M2 checkpoints (`u8` e4m3 codes, `f32` block scales
+//!   expanded per row).
 //! * Dense f32/f16/bf16.
 //!
 //! [`QuantWeights`] holds one weight matrix per expert (`[E, N, K]`, N output
@@ -15,6 +18,7 @@
 //! further checks.
 
 pub mod affine;
+pub mod fp8;
 pub mod ggml;
 pub mod mlxfp;
 pub mod random;
@@ -58,13 +62,22 @@ pub enum WeightFormat {
     /// `u32 [E, N, K·bits/32]`, `scales` `u8 [E, N, K/group_size]` (e8m0, or
     /// e4m3 for nvfp4), no `biases`; see [`mlxfp`].
     MlxFp(MlxFpMode),
+    /// FP8 block-scaled (`quant_method: "fp8"`, DeepSeek-V3 style): `data`
+    /// is `u8 [E, N, K]` (e4m3fn codes), `scales` `f32 [E, N, K/block_k]`
+    /// (the checkpoint's `[⌈N/128⌉, ⌈K/128⌉]` block scales expanded per
+    /// row), no `biases`; see [`fp8`].
+    Fp8Block {
+        /// Columns per scale: 32, 64 or 128.
+        block_k: usize,
+    },
 }
 
 impl WeightFormat {
     /// Parses a command-line name: `f32`, `f16`, `bf16`, `q4_0` … `q6_k`,
     /// `iq4_nl`, `iq4_xs`, `mxfp4`, `iq2_xxs` … `iq1_m`, `tq1_0`, `tq2_0`,
     /// `affine4` (group 64) or `affine4-g32`, `affine-u8-g64`, `mlx-mxfp4`,
-    /// `mlx-nvfp4`, `mlx-mxfp8` (MLX's modes; plain `mxfp4` is GGUF's).
+    /// `mlx-nvfp4`, `mlx-mxfp8` (MLX's modes; plain `mxfp4` is GGUF's),
+    /// `fp8-b128` (or `-b64`, `-b32`; plain `fp8` is `fp8-b128`).
     pub fn parse(s: &str) -> Result<WeightFormat> {
         let l = s.to_ascii_lowercase();
         if let Some(d) = DType::parse(&l).filter(|d| d.is_float()) {
@@ -76,11 +89,21 @@ impl WeightFormat {
         if let Some(m) = l.strip_prefix("mlx-").and_then(MlxFpMode::from_mlx_name) {
             return Ok(WeightFormat::MlxFp(m));
         }
+        if l == "fp8" {
+            return Ok(WeightFormat::Fp8Block { block_k: 128 });
+        }
+        if let Some(b) = l.strip_prefix("fp8-b") {
+            let f = WeightFormat::Fp8Block {
+                block_k: b.parse::<usize>().unwrap_or(0),
+            };
+            f.validate("format")?;
+            return Ok(f);
+        }
         let bad = || {
             invalid(
                 "format",
                 "format",
-                "f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k..q6_k|iq4_nl|iq4_xs|mxfp4|iq2_xxs|iq2_xs|iq2_s|iq3_xxs|iq3_s|iq1_s|iq1_m|tq1_0|tq2_0|affine<bits>[-g<group>]|affine-u8[-g<group>]|mlx-mxfp4|mlx-nvfp4|mlx-mxfp8",
+                "f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k..q6_k|iq4_nl|iq4_xs|mxfp4|iq2_xxs|iq2_xs|iq2_s|iq3_xxs|iq3_s|iq1_s|iq1_m|tq1_0|tq2_0|affine<bits>[-g<group>]|affine-u8[-g<group>]|mlx-mxfp4|mlx-nvfp4|mlx-mxfp8|fp8-b128|fp8-b64|fp8-b32",
                 s,
             )
         };
@@ -110,6 +133,7 @@ impl WeightFormat {
             WeightFormat::Affine(p) => affine::check_params(op, p.bits, p.group_size),
             WeightFormat::AffineU8 { group_size } => affine::check_params(op, 8, group_size),
             WeightFormat::Ggml(_) | WeightFormat::MlxFp(_) => Ok(()),
+            WeightFormat::Fp8Block { block_k } => fp8::check_block_k(op, block_k),
         }
     }
 
@@ -123,6 +147,7 @@ impl WeightFormat {
             WeightFormat::AffineU8 { group_size } => group_size,
             WeightFormat::Ggml(t) => t.block_size(),
             WeightFormat::MlxFp(_) => 32,
+            WeightFormat::Fp8Block { block_k } => block_k,
         }
     }
 
@@ -151,6 +176,7 @@ impl WeightFormat {
         }
         v.extend(GgmlType::ALL.iter().map(|&t| WeightFormat::Ggml(t)));
         v.extend(MlxFpMode::ALL.map(WeightFormat::MlxFp));
+        v.extend(fp8::BLOCK_KS.map(|block_k| WeightFormat::Fp8Block { block_k }));
         v
     }
 }
@@ -163,6 +189,7 @@ impl fmt::Display for WeightFormat {
             WeightFormat::AffineU8 { group_size } => write!(f, "affine-u8-g{group_size}"),
             WeightFormat::Ggml(t) => f.write_str(t.name()),
             WeightFormat::MlxFp(m) => write!(f, "mlx-{m}"),
+            WeightFormat::Fp8Block { block_k } => write!(f, "fp8-b{block_k}"),
         }
     }
 }
@@ -181,7 +208,8 @@ pub struct QuantWeights {
 
 /// Shape of the tensors a [`QuantWeights`] needs: (data dtype, data shape,
 /// scales/biases shape if any; [`WeightFormat::has_biases`] says whether
-/// there are biases, [`WeightFormat::MlxFp`] has `u8` scales only).
+/// there are biases, [`WeightFormat::MlxFp`] has `u8` scales only,
+/// [`WeightFormat::Fp8Block`] `f32` scales only).
 pub fn storage_shapes(
     format: WeightFormat,
     n_experts: usize,
@@ -219,6 +247,11 @@ pub fn storage_shapes(
             DType::U32,
             vec![n_experts, rows, cols * m.bits() as usize / 32],
             Some(vec![n_experts, rows, cols / m.group_size()]),
+        ),
+        WeightFormat::Fp8Block { block_k } => (
+            DType::U8,
+            vec![n_experts, rows, cols],
+            Some(vec![n_experts, rows, cols / block_k]),
         ),
     })
 }
@@ -300,7 +333,9 @@ impl QuantWeights {
                         format!("{:?}", t.shape()),
                     )?;
                     let (ok, want) = match format {
-                        WeightFormat::AffineU8 { .. } => (t.dtype() == DType::F32, "f32"),
+                        WeightFormat::AffineU8 { .. } | WeightFormat::Fp8Block { .. } => {
+                            (t.dtype() == DType::F32, "f32")
+                        }
                         WeightFormat::MlxFp(_) => {
                             (t.dtype() == DType::U8, "u8 (e8m0 or e4m3 bytes)")
                         }

@@ -7,7 +7,7 @@
 use super::{storage_shapes, QuantWeights, WeightFormat};
 use crate::dtype::{DType, Float};
 use crate::error::Result;
-use crate::format::{ggml, mlxfp};
+use crate::format::{fp8, ggml, mlxfp};
 use crate::tensor::{Bytes, Tensor};
 use half::{bf16, f16};
 use rand::{Rng, RngCore, SeedableRng};
@@ -45,7 +45,7 @@ pub fn random_weights(
 ) -> Result<QuantWeights> {
     let (dtype, shape, sshape) = storage_shapes(format, n_experts, rows, cols)?;
     let scale_dtype = match format {
-        WeightFormat::AffineU8 { .. } => DType::F32,
+        WeightFormat::AffineU8 { .. } | WeightFormat::Fp8Block { .. } => DType::F32,
         WeightFormat::MlxFp(_) => DType::U8,
         _ => scale_dtype,
     };
@@ -88,6 +88,7 @@ pub fn random_weights(
                     fill_float_dtype(DType::F32, b, &mut rng, 0.005, -0.02);
                 }
                 WeightFormat::MlxFp(m) => mlxfp::fill_random(m, d, s, &mut rng),
+                WeightFormat::Fp8Block { .. } => fp8::fill_random(d, s, &mut rng),
                 WeightFormat::Ggml(t) => {
                     let blocks = ggml::random_blocks(t, d.len() / t.type_size(), rng.next_u64());
                     d.copy_from_slice(&blocks);

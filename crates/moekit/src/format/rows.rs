@@ -1,7 +1,9 @@
 //! Row-at-a-time dequantization of a validated [`QuantWeights`]: the typed
 //! views the CPU backends read weights through.
 
-use super::{affine, ggml, mlxfp, AffineParams, GgmlType, MlxFpMode, QuantWeights, WeightFormat};
+use super::{
+    affine, fp8, ggml, mlxfp, AffineParams, GgmlType, MlxFpMode, QuantWeights, WeightFormat,
+};
 use crate::dtype::{DType, Float};
 use crate::error::{invalid, Result};
 use half::{bf16, f16};
@@ -43,6 +45,12 @@ impl QuantWeights {
                 };
                 DecoderKind::MlxFp(m, self.data.as_slice()?, s.as_slice()?)
             }
+            WeightFormat::Fp8Block { block_k } => {
+                let Some(s) = &self.scales else {
+                    return Err(invalid("QuantWeights", "scales", "present", "none"));
+                };
+                DecoderKind::Fp8(block_k, self.data.as_slice()?, s.as_slice()?)
+            }
         };
         let mut dec = RowDecoder {
             kind,
@@ -71,6 +79,7 @@ enum DecoderKind<'a> {
     AffineU8(usize, &'a [u8], &'a [f32], &'a [f32]),
     Ggml(GgmlType, &'a [u8]),
     MlxFp(MlxFpMode, &'a [u32], &'a [u8]),
+    Fp8(usize, &'a [u8], &'a [f32]),
 }
 
 /// Dequantizes single rows of a validated [`QuantWeights`].
@@ -159,6 +168,15 @@ pub enum RawRow<'a> {
         /// Scale bytes, `K/group_size`.
         scales: &'a [u8],
     },
+    /// FP8 block-scaled: e4m3 codes and per-row f32 group scales.
+    Fp8Block {
+        /// Columns per scale.
+        block_k: usize,
+        /// One e4m3fn byte per weight, `K`.
+        codes: &'a [u8],
+        /// Scales, `K/block_k`.
+        scales: &'a [f32],
+    },
 }
 
 impl<'a> RowDecoder<'a> {
@@ -218,6 +236,11 @@ impl<'a> RowDecoder<'a> {
                 mode,
                 words: row_of(d, r, k * mode.bits() as usize / 32),
                 scales: row_of(s, r, k / mode.group_size()),
+            },
+            DecoderKind::Fp8(block_k, d, s) => RawRow::Fp8Block {
+                block_k,
+                codes: row_of(d, r, k),
+                scales: row_of(s, r, k / block_k),
             },
         })
     }
@@ -317,6 +340,11 @@ impl<'a> RowDecoder<'a> {
                 words,
                 scales,
             } => mlxfp::dequantize_row(mode, words, scales, out)?,
+            RawRow::Fp8Block {
+                block_k,
+                codes,
+                scales,
+            } => fp8::dequantize_row(block_k, codes, scales, out)?,
         }
         Ok(())
     }
@@ -331,6 +359,7 @@ impl<'a> RowDecoder<'a> {
             DecoderKind::AffineU8(_, d, _, _) => d.len() / k,
             DecoderKind::Ggml(t, d) => d.len() / (k / t.block_size() * t.type_size()),
             DecoderKind::MlxFp(m, d, _) => d.len() / (k * m.bits() as usize / 32),
+            DecoderKind::Fp8(_, d, _) => d.len() / k,
         }
     }
 

@@ -207,6 +207,8 @@ fn decode_keeps_mixed_format_layers() {
         ("iq3_s", "tq1_0"),
         ("mlx-mxfp4", "mlx-mxfp8"),
         ("mlx-nvfp4", "q8_0"),
+        ("fp8-b128", "fp8-b32"),
+        ("q4_k", "fp8-b128"),
     ] {
         let (fg, fd) = (
             WeightFormat::parse(g).unwrap(),

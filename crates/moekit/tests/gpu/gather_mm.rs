@@ -338,6 +338,18 @@ fn mlx_fp_modes_match_cpu() {
     }
 }
 
+/// FP8 block-scaled weights (e4m3 codes, per-row f32 scales of 32, 64 or
+/// 128 columns): bit-exact dequantization and gather_mm vs the CPU.
+#[test]
+fn fp8_block_formats_match_cpu() {
+    for f in WeightFormat::all()
+        .into_iter()
+        .filter(|f| matches!(f, WeightFormat::Fp8Block { .. }))
+    {
+        check_format(f, DType::F32);
+    }
+}
+
 /// The types of issue 12 (ggml type ids from 16 on: IQ*, MXFP4, TQ*).
 fn is_issue_12_type(t: GgmlType) -> bool {
     t.ggml_type_id() >= 16

@@ -167,6 +167,11 @@ fn synthetic_blocks_ggml_match_cpu() {
 }
 
 #[test]
+fn synthetic_blocks_fp8_block_match_cpu() {
+    synthetic_blocks_match_cpu(family(|f| matches!(f, WeightFormat::Fp8Block { .. })));
+}
+
+#[test]
 fn synthetic_blocks_mlx_fp_match_cpu() {
     synthetic_blocks_match_cpu(family(|f| matches!(f, WeightFormat::MlxFp(_))));
 }

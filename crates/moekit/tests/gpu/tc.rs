@@ -184,6 +184,20 @@ fn every_format_matches_cpu() {
     }
 }
 
+/// FP8 block-scaled weights on the tensor-core GEMM (generic tile
+/// decoder): every group size, K not a multiple of the 64-column step.
+#[test]
+fn fp8_block_formats_match_cpu() {
+    for block_k in [32, 64, 128] {
+        let f = WeightFormat::Fp8Block { block_k };
+        let kk = round_k(f, 200);
+        for dt in [DType::Bf16, DType::F16] {
+            let c = Case::new(dt, spread(37, 4, 16), kk, 13);
+            check(f, DType::F32, dt, &c, 136, 5, "fp8 E=16 k=4 T=37");
+        }
+    }
+}
+
 #[test]
 fn affine_scale_dtypes_and_u8() {
     for scale in [DType::F32, DType::Bf16] {

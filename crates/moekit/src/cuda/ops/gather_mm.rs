@@ -85,6 +85,7 @@ pub fn format_type(format: WeightFormat, scale_dtype: DType) -> Result<String> {
         }
         WeightFormat::AffineU8 { .. } => "moekit::FmtAffineU8".to_string(),
         WeightFormat::MlxFp(m) => format!("moekit::FmtMlxFp<{}, {}>", m.bits(), m.group_size()),
+        WeightFormat::Fp8Block { .. } => "moekit::FmtFp8Block".to_string(),
         WeightFormat::Ggml(t) => {
             let name = match t {
                 GgmlType::Q4_0 => "Q4_0",
@@ -292,12 +293,14 @@ fn base_params(
     })
 }
 
-/// log2 of the affine or MLX fp group size (0 for the other formats).
+/// log2 of the affine, MLX fp or FP8 block group size (0 for the other
+/// formats).
 pub(crate) fn group_shift(format: WeightFormat) -> u32 {
     match format {
         WeightFormat::Affine(p) => p.group_size.trailing_zeros(),
         WeightFormat::AffineU8 { group_size } => group_size.trailing_zeros(),
         WeightFormat::MlxFp(m) => m.group_size().trailing_zeros(),
+        WeightFormat::Fp8Block { block_k } => block_k.trailing_zeros(),
         _ => 0,
     }
 }

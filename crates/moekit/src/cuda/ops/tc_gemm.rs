@@ -104,6 +104,7 @@ fn unit(format: WeightFormat) -> (usize, usize) {
         WeightFormat::AffineU8 { .. } => (32, 32),
         WeightFormat::Ggml(t) => (t.block_size(), t.type_size()),
         WeightFormat::MlxFp(m) => (32, 4 * m.bits() as usize),
+        WeightFormat::Fp8Block { .. } => (32, 32),
     }
 }
 

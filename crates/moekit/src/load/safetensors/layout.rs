@@ -13,9 +13,12 @@
 //!
 //! A module is quantized (MLX affine: `.scales` and `.biases`; mxfp4 / nvfp4 /
 //! mxfp8: `.scales` only) when the config or a `.scales` tensor says so
-//! (see `quant`); every shape is checked against the sizes in `config.json`.
+//! (see `quant`); a Hugging Face module is FP8 block-scaled when its
+//! `.weight_scale_inv` exists (see `fp8`); every shape is checked against the
+//! sizes in `config.json`.
 
 use super::config::ModelConfig;
+use super::fp8::{self, Fp8Part};
 use super::SafetensorsCheckpoint;
 use crate::dtype::DType;
 use crate::error::{invalid, unsupported, Result};
@@ -37,12 +40,16 @@ enum Experts {
 }
 
 /// One linear module's tensors, resolved and shape-checked.
-struct Part {
-    format: WeightFormat,
-    /// weight, scales, biases tensor names (scales/biases for affine only).
-    names: Vec<String>,
-    /// Storage dtype and per-module shape of each of `names`.
-    specs: Vec<(DType, Vec<usize>)>,
+pub(super) struct Part {
+    pub format: WeightFormat,
+    /// weight, scales, biases tensor names (scales/biases for affine only;
+    /// FP8: weight and `weight_scale_inv`).
+    pub names: Vec<String>,
+    /// Storage dtype and per-module shape of each of `names` (FP8: of the
+    /// scales as expanded, not as stored).
+    pub specs: Vec<(DType, Vec<usize>)>,
+    /// FP8 block scales: how to expand them.
+    pub fp8: Option<Fp8Part>,
 }
 
 /// Resolves module `module` (`rows × cols`, with a leading expert axis of
@@ -56,6 +63,9 @@ fn part(
     keys: &Keys,
 ) -> Result<Part> {
     let wname = format!("{module}.weight");
+    if let Some(p) = fp8::part(ck, module, lead.is_some(), rows, cols, keys)? {
+        return Ok(p);
+    }
     if ck.get(&format!("{module}.bias")).is_some() {
         return Err(unsupported(
             OP,
@@ -133,13 +143,14 @@ fn part(
         format,
         names,
         specs,
+        fp8: None,
     })
 }
 
 /// The `config.json` keys a module's rows and columns come from.
-struct Keys {
-    rows: String,
-    cols: String,
+pub(super) struct Keys {
+    pub rows: String,
+    pub cols: String,
 }
 
 fn keys(rows: &str, cols: &str) -> Keys {
@@ -160,7 +171,11 @@ fn weights(
     let mut t = p
         .names
         .iter()
-        .map(|name| ck.load(name))
+        .enumerate()
+        .map(|(i, name)| match (&p.fp8, i) {
+            (Some(f), 1) => fp8::scales_tensor(ck, name, f),
+            _ => ck.load(name),
+        })
         .collect::<Result<Vec<Tensor>>>()?
         .into_iter();
     let data = t
@@ -187,7 +202,14 @@ fn stack(ck: &SafetensorsCheckpoint, parts: &[Part], slot: usize) -> Result<Tens
             .names
             .get(slot)
             .ok_or_else(|| invalid(OP, "slot", "a tensor slot", slot))?;
-        let src = ck.raw(name)?;
+        let expanded;
+        let src = match (&p.fp8, slot) {
+            (Some(f), 1) => {
+                expanded = fp8::scales(ck, name, f)?;
+                bytemuck::cast_slice::<f32, u8>(&expanded)
+            }
+            _ => ck.raw(name)?,
+        };
         if src.len() != dst.len() {
             return Err(ck.bad(name, format!("{} bytes, expected {}", src.len(), dst.len())));
         }

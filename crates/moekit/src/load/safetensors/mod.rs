@@ -9,7 +9,9 @@
 //!   (`u32` packed weight + `scales` + `biases`); per-module settings in
 //!   `config.json` → `quantization`.
 //! * **Hugging Face**: one tensor per expert (`...experts.7.up_proj.weight`),
-//!   bf16/f16/f32.
+//!   bf16/f16/f32, or FP8 e4m3 with 128×128 block scales
+//!   (`...weight_scale_inv`, `quantization_config.quant_method` `"fp8"`:
+//!   DeepSeek-V3 / R1, Kimi-K2), whose scales are expanded per row.
 //!
 //! ## Memory
 //!
@@ -28,6 +30,7 @@
 //! The mapping assumes the files are not modified while the checkpoint is open.
 
 mod config;
+mod fp8;
 mod layout;
 mod quant;
 
@@ -113,6 +116,8 @@ fn dtype_of(d: Dtype) -> Option<DType> {
         Dtype::U8 => DType::U8,
         Dtype::U32 => DType::U32,
         Dtype::I32 => DType::I32,
+        // FP8 e4m3fn codes as bytes (`fp8.rs` checks the stored dtype).
+        Dtype::F8_E4M3 => DType::U8,
         _ => return None,
     })
 }
@@ -372,7 +377,10 @@ impl Checkpoint for SafetensorsCheckpoint {
             .iter()
             .map(|(name, r)| TensorEntry {
                 name: name.clone(),
-                format: r.dtype.to_string().to_ascii_lowercase(),
+                format: match (r.dtype, self.cfg.quant.fp8) {
+                    (Dtype::F8_E4M3, Some(f)) => format!("fp8-{}x{}", f.block.0, f.block.1),
+                    (d, _) => d.to_string().to_ascii_lowercase(),
+                },
                 shape: r.shape.clone(),
                 bytes: r.range.len(),
             })

@@ -14,6 +14,20 @@
 //! mlx-lm's `infer_quant_config`). Modes: `affine`, and MLX's microscaled
 //! `mxfp4`, `nvfp4` (without a `global_scale`) and `mxfp8`, whose bits and
 //! group size must be the mode's (4/32, 4/16, 8/32).
+//!
+//! Hugging Face FP8 block-scaled checkpoints (DeepSeek-V3 / R1, Kimi-K2,
+//! MiniMax-M2, Qwen3 `-FP8`) instead carry `"quantization_config":
+//! {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+//! "weight_block_size": [128, 128]}` ([`Fp8Config`]): a module is FP8 iff
+//! its `<path>.weight_scale_inv` exists (the router and norms stay bf16 /
+//! f32: DeepSeek-V3 stores `gate.weight` unquantized, MiniMax-M2 lists it in
+//! `modules_to_not_convert`). `fmt` must be e4m3 (`"e4m3"` or
+//! `"float8_e4m3fn"`), `activation_scheme` `"dynamic"` when present (moekit
+//! multiplies the dequantized weights with the activations as they are,
+//! as mlx-lm and transformers' dequantizing path do; the reference CUDA
+//! kernels' dynamic fp8 activation quantization is not reproduced),
+//! `weight_block_size` two positive integers whose second is a multiple of
+//! 32.
 
 use super::config::Fields;
 use crate::error::{unsupported, Error, Result};
@@ -33,9 +47,71 @@ pub(crate) struct Params {
     pub mode: String,
 }
 
+/// `quantization_config` of an FP8 block-scaled checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fp8Config {
+    /// `weight_block_size`: rows and columns of a scale block.
+    pub block: (usize, usize),
+}
+
+/// The checkpoint `fmt` names of e4m3fn.
+const FP8_FMTS: [&str; 2] = ["e4m3", "float8_e4m3fn"];
+
+impl Fp8Config {
+    fn parse(f: &Fields<'_>, key: &str) -> Result<Fp8Config> {
+        let k = |name: &str| format!("{key}.{name}");
+        if let Some(fmt) = f.str_opt("fmt")? {
+            if !FP8_FMTS.contains(&fmt) {
+                return Err(f.bad(
+                    &k("fmt"),
+                    "\"e4m3\" or \"float8_e4m3fn\"",
+                    format!("{fmt:?}"),
+                ));
+            }
+        }
+        if let Some(a) = f.str_opt("activation_scheme")? {
+            if a != "dynamic" {
+                return Err(f.bad(
+                    &k("activation_scheme"),
+                    "\"dynamic\" (static activation scales are not supported)",
+                    format!("{a:?}"),
+                ));
+            }
+        }
+        let want = "[block_n, block_k]: two positive integers, block_k a multiple of 32 (DeepSeek-V3: [128, 128])";
+        let bk = k("weight_block_size");
+        let Some(v) = f.obj.get("weight_block_size").filter(|v| !v.is_null()) else {
+            return Err(f.bad(
+                &bk,
+                want,
+                "no value (per-tensor fp8 scales are not supported)",
+            ));
+        };
+        let dims: Option<Vec<usize>> = v.as_array().map(|a| {
+            a.iter()
+                .map(|x| {
+                    x.as_u64()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .unwrap_or(0)
+                })
+                .collect()
+        });
+        match dims.as_deref() {
+            Some(&[bn, bkk])
+                if bn > 0 && bkk > 0 && bkk % 32 == 0 && bn <= 1 << 20 && bkk <= 1 << 20 =>
+            {
+                Ok(Fp8Config { block: (bn, bkk) })
+            }
+            _ => Err(f.bad(&bk, want, v)),
+        }
+    }
+}
+
 /// The quantization section of a config.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QuantConfig {
+    /// FP8 block scales (`quant_method: "fp8"`); then nothing else is set.
+    pub fp8: Option<Fp8Config>,
     /// Top-level params, if the section has them.
     pub default: Option<Params>,
     /// Per-module entries; `None` means `false` (unquantized).
@@ -68,10 +144,16 @@ impl QuantConfig {
         };
         let sf = Fields { path: f.path, obj };
         if let Some(m) = obj.get("quant_method") {
+            if m.as_str() == Some("fp8") {
+                return Ok(QuantConfig {
+                    fp8: Some(Fp8Config::parse(&sf, key)?),
+                    ..QuantConfig::default()
+                });
+            }
             return Err(unsupported(
                 "safetensors",
                 format!(
-                    "{}: {key}.quant_method = {m} (only mlx affine quantization is supported)",
+                    "{}: {key}.quant_method = {m} (supported: \"fp8\" with block scales, or mlx quantization without a quant_method)",
                     f.path.display()
                 ),
             ));
@@ -101,7 +183,11 @@ impl QuantConfig {
             };
             overrides.insert(name.clone(), entry);
         }
-        Ok(QuantConfig { default, overrides })
+        Ok(QuantConfig {
+            fp8: None,
+            default,
+            overrides,
+        })
     }
 
     /// The format of module `path` (`<path>.weight` has last dim `w_last`,
@@ -236,7 +322,7 @@ mod tests {
 
     #[test]
     fn other_methods_and_modes_are_unsupported() {
-        assert!(cfg(r#"{"quantization_config":{"quant_method":"fp8"}}"#).is_err());
+        assert!(cfg(r#"{"quantization_config":{"quant_method":"gptq"}}"#).is_err());
         let q = cfg(r#"{"quantization":{"group_size":32,"bits":4,"mode":"mxint4"}}"#).unwrap();
         let e = q
             .resolve("x", 64, 8, Some(2), DENSE, Path::new("f"))
@@ -276,5 +362,69 @@ mod tests {
                 .to_string();
             assert!(e.contains("group_size") && e.contains(mode), "{e}");
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod fp8_tests {
+    use super::*;
+
+    fn cfg(text: &str) -> Result<QuantConfig> {
+        let v: Value = serde_json::from_str(text).unwrap();
+        QuantConfig::parse(&Fields {
+            path: Path::new("config.json"),
+            obj: v.as_object().unwrap(),
+        })
+    }
+
+    #[test]
+    fn fp8_configs_parse_and_errors_name_the_key() {
+        let ds = r#"{"quantization_config":{"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128]}}"#;
+        assert_eq!(cfg(ds).unwrap().fp8, Some(Fp8Config { block: (128, 128) }));
+        let mm = r#"{"quantization_config":{"quant_method":"fp8","fmt":"float8_e4m3fn","activation_scheme":"dynamic","weight_block_size":[128,128],"modules_to_not_convert":["gate","e_score_correction_bias","lm_head"]}}"#;
+        let q = cfg(mm).unwrap();
+        assert_eq!(q.fp8, Some(Fp8Config { block: (128, 128) }));
+        assert!(q.overrides.is_empty() && q.default.is_none());
+        for (text, key, want) in [
+            (
+                r#""fmt":"e5m2","weight_block_size":[128,128]"#,
+                "quantization_config.fmt",
+                "e4m3",
+            ),
+            (
+                r#""activation_scheme":"static","weight_block_size":[128,128]"#,
+                "quantization_config.activation_scheme",
+                "dynamic",
+            ),
+            (
+                r#""weight_block_size":[128,100]"#,
+                "quantization_config.weight_block_size",
+                "multiple of 32",
+            ),
+            (
+                r#""weight_block_size":[128]"#,
+                "quantization_config.weight_block_size",
+                "[block_n, block_k]",
+            ),
+            (
+                r#""weight_block_size":[0,128]"#,
+                "quantization_config.weight_block_size",
+                "positive",
+            ),
+            (
+                r#""fmt":"e4m3""#,
+                "quantization_config.weight_block_size",
+                "per-tensor",
+            ),
+        ] {
+            let t = format!(r#"{{"quantization_config":{{"quant_method":"fp8",{text}}}}}"#);
+            let e = cfg(&t).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(want), "{t}: {e}");
+        }
+        let e = cfg(r#"{"quantization_config":{"quant_method":"awq"}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("awq") && e.contains("fp8"), "{e}");
     }
 }

@@ -3,8 +3,9 @@
 //! Used when an expert has only a few activation rows (decode), where
 //! dequantizing a row to memory first would cost more than the dot itself.
 //! Every format with a power-of-two code width, 3/5/6-bit affine, MLX's
-//! microscaled modes and every GGUF type but the grid and ternary ones has a
-//! fused kernel ([`ggml`], [`affine`], [`mlxfp`]): codes are widened to
+//! microscaled modes, FP8 block-scaled rows and every GGUF type but the grid
+//! and ternary ones has a fused kernel ([`ggml`], [`affine`], [`mlxfp`],
+//! [`fp8`]): codes are widened to
 //! f32 in registers, multiplied by `x` and accumulated per block or group;
 //! the per-block scale is applied once per 32 products, and per-block offsets
 //! (Q4_1's min, the K-quants' mins, affine biases) once per block through the
@@ -32,6 +33,7 @@
 //! [`dot`](super::gather_mm::dot).
 
 mod affine;
+mod fp8;
 mod ggml;
 mod kquant;
 mod legacy;
@@ -374,6 +376,7 @@ fn run_for<V: Simd>(raw: &RawRow<'_>) -> Run {
             ScaleRow::Bf16(_) => affine::run_for::<bf16, V>(*params),
         },
         RawRow::MlxFp { mode, .. } => Some(mlxfp::run_for::<V>(*mode)),
+        RawRow::Fp8Block { block_k, .. } => fp8::run_for::<V>(*block_k),
         RawRow::AffineU8 { .. } => None,
     };
     fused.unwrap_or(run::<Decode, V>)
