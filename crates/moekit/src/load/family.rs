@@ -31,7 +31,7 @@ pub struct Family {
 }
 
 /// Every family the loaders support.
-pub const FAMILIES: [Family; 8] = [
+pub const FAMILIES: [Family; 10] = [
     Family {
         name: "Qwen3-MoE",
         gguf_archs: &["qwen3moe"],
@@ -79,6 +79,19 @@ pub const FAMILIES: [Family; 8] = [
         name: "GLM-4-MoE",
         gguf_archs: &["glm4moe"],
         model_types: &["glm4_moe"],
+        presets: &[],
+    },
+    Family {
+        name: "Qwen3.5-MoE",
+        gguf_archs: &["qwen35moe"],
+        model_types: &["qwen3_5_moe"],
+        presets: &[],
+    },
+    Family {
+        name: "Kimi-K2",
+        // llama.cpp converts Kimi-K2 to its DeepSeek-V3 architecture.
+        gguf_archs: &["deepseek2"],
+        model_types: &["kimi_k2", "kimi_k25"],
         presets: &[],
     },
 ];

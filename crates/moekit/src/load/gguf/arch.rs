@@ -12,7 +12,7 @@
 //! |---|---|---|---|---|---|
 //! | `llama` (Mixtral), `mixtral` | softmax | yes | – | – | – |
 //! | `qwen3moe` | softmax | yes | – | – | – |
-//! | `qwen3next` | softmax | yes | – | – | sigmoid-gated |
+//! | `qwen3next`, `qwen35moe` | softmax | yes | – | – | sigmoid-gated |
 //! | `qwen2moe` | softmax | no | – | – | sigmoid-gated |
 //! | `olmoe` | softmax | no | – | – | – |
 //! | `deepseek2` | key, default softmax | key, default no | key | optional | plain |
@@ -127,7 +127,7 @@ impl ArchRule {
         Some(match arch {
             "llama" | "mixtral" => softmax(true, Style::TopKSoftmax, SharedRule::None),
             "qwen3moe" => softmax(true, Style::SoftmaxTopK, SharedRule::None),
-            "qwen3next" => softmax(true, Style::SoftmaxTopK, SharedRule::Gated),
+            "qwen3next" | "qwen35moe" => softmax(true, Style::SoftmaxTopK, SharedRule::Gated),
             "qwen2moe" => softmax(false, Style::SoftmaxTopK, SharedRule::Gated),
             "olmoe" => softmax(false, Style::SoftmaxTopK, SharedRule::None),
             "deepseek2" => ArchRule {
