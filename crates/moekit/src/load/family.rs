@@ -31,7 +31,7 @@ pub struct Family {
 }
 
 /// Every family the loaders support.
-pub const FAMILIES: [Family; 10] = [
+pub const FAMILIES: [Family; 11] = [
     Family {
         name: "Qwen3-MoE",
         gguf_archs: &["qwen3moe"],
@@ -92,6 +92,12 @@ pub const FAMILIES: [Family; 10] = [
         // llama.cpp converts Kimi-K2 to its DeepSeek-V3 architecture.
         gguf_archs: &["deepseek2"],
         model_types: &["kimi_k2", "kimi_k25"],
+        presets: &[],
+    },
+    Family {
+        name: "MiniMax-M2",
+        gguf_archs: &["minimax-m2"],
+        model_types: &["minimax_m2"],
         presets: &[],
     },
 ];

@@ -17,8 +17,10 @@
 //! | `olmoe` | softmax | no | – | – | – |
 //! | `deepseek2` | key, default softmax | key, default no | key | optional | plain |
 //! | `glm4moe` | key, default sigmoid | key, default no | key | required | plain if `expert_shared_count` > 0 |
+//! | `minimax-m2` | key, required | yes | – | required | – |
 //!
-//! "key" means `<arch>.expert_gating_func` (1 softmax, 2 sigmoid),
+//! "key" means `<arch>.expert_gating_func` (1 softmax, 2 sigmoid; "required":
+//! llama.cpp has no default and aborts without it, moekit names the key),
 //! `<arch>.expert_weights_norm` and `<arch>.expert_weights_scale` (absent or 0
 //! means 1, as llama.cpp skips a scale of 0 or 1). For every arch,
 //! `<arch>.expert_group_count` > 1 turns on llama.cpp's group-limited selection.
@@ -63,6 +65,8 @@ enum Param<T> {
     Fixed(T),
     /// Read from the key; the value is the default when it is absent.
     Key(T),
+    /// Read from the key, which must be present (llama.cpp has no default).
+    Required,
 }
 
 /// Which router rule the architecture's softmax routing maps to.
@@ -137,6 +141,16 @@ impl ArchRule {
                 style: Style::Grouped,
                 bias: Need::Optional,
                 shared: SharedRule::Plain,
+            },
+            // minimax-m2.cpp: gating from the key (no default), norm, no
+            // scale, exp_probs_b required, no shared expert.
+            "minimax-m2" => ArchRule {
+                gating: Param::Required,
+                norm: Fixed(true),
+                scale_key: false,
+                style: Style::Grouped,
+                bias: Need::Required,
+                shared: SharedRule::None,
             },
             "glm4moe" => ArchRule {
                 gating: Key(Scoring::Sigmoid),
@@ -250,8 +264,16 @@ pub(crate) fn router_kind(
 ) -> Result<RouterKind> {
     let scoring = match fam.gating {
         Param::Fixed(s) => s,
-        Param::Key(default) => match key_u64(file, arch, "expert_gating_func", layer)? {
-            None | Some(0) => default,
+        Param::Key(_) | Param::Required => match key_u64(file, arch, "expert_gating_func", layer)? {
+            None | Some(0) => match fam.gating {
+                Param::Key(default) => default,
+                _ => {
+                    return Err(bad(
+                        file,
+                        format!("missing key `{arch}.expert_gating_func` (1 softmax or 2 sigmoid; llama.cpp has no default for {arch})"),
+                    ))
+                }
+            },
             Some(1) => Scoring::Softmax,
             Some(2) => Scoring::Sigmoid,
             Some(v) => {
@@ -262,11 +284,12 @@ pub(crate) fn router_kind(
             }
         },
     };
+    let norm_key = format!("{arch}.expert_weights_norm");
     let norm = match fam.norm {
         Param::Fixed(b) => b,
-        Param::Key(default) => {
-            key_bool(file, &format!("{arch}.expert_weights_norm"))?.unwrap_or(default)
-        }
+        Param::Key(default) => key_bool(file, &norm_key)?.unwrap_or(default),
+        Param::Required => key_bool(file, &norm_key)?
+            .ok_or_else(|| bad(file, format!("missing key `{norm_key}`")))?,
     };
     let scale = match fam.scale_key {
         true => key_f64(file, &format!("{arch}.expert_weights_scale"))?

@@ -457,6 +457,47 @@ impl ModelConfig {
                 let i = f.usize_or("intermediate_size", MAX_DIM, 14336)?;
                 (e, k, i, RouterKind::TopKSoftmax, LayerRule::All)
             }
+            "minimax_m2" => {
+                // mlx-lm `minimax` (MiniMaxSparseMoeBlock): sigmoid scores,
+                // selection on scores + e_score_correction_bias, weights the
+                // chosen scores / (their sum + 1e-20); every block is MoE.
+                block = "block_sparse_moe";
+                names.bias = "e_score_correction_bias";
+                keys.experts = "num_local_experts";
+                keys.intermediate = "intermediate_size";
+                let e = f.usize_req("num_local_experts", MAX_EXPERTS)?;
+                let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
+                let i = f.usize_req("intermediate_size", MAX_DIM)?;
+                expect_str(f, "scoring_func", &["sigmoid"], mt)?;
+                if let Some(s) = f
+                    .usize_opt("shared_intermediate_size", MAX_DIM)?
+                    .filter(|&s| s > 0)
+                {
+                    // mlx-lm ignores the key; no MiniMax-M2 checkpoint sets it.
+                    return Err(crate::error::unsupported(
+                        "safetensors",
+                        format!("{}: {mt} with shared_intermediate_size = {s} (a shared expert mlx-lm does not build)", path.display()),
+                    ));
+                }
+                if k == 1 {
+                    // mlx-lm renormalises one weight to 1; Grouped keeps the score.
+                    return Err(crate::error::unsupported(
+                        "safetensors",
+                        format!("{}: {mt} with num_experts_per_tok = 1 (mlx-lm's weight is 1, moekit's rule keeps the score)", path.display()),
+                    ));
+                }
+                needs_bias = true;
+                let router = RouterKind::Grouped {
+                    scoring: Scoring::Sigmoid,
+                    bias: None,
+                    n_group: 1,
+                    topk_group: 1,
+                    dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
+                    norm_topk_prob: true,
+                    routed_scaling_factor: 1.0,
+                };
+                (e, k, i, router, LayerRule::All)
+            }
             "deepseek_v2" | "deepseek_v3" | "kimi_k2" | "kimi_k25" | "glm4_moe" => {
                 if mt == "kimi_k25" {
                     // mlx-lm's kimi_k25 and the Hugging Face files.
