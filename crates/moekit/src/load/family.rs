@@ -31,7 +31,7 @@ pub struct Family {
 }
 
 /// Every family the loaders support.
-pub const FAMILIES: [Family; 11] = [
+pub const FAMILIES: [Family; 12] = [
     Family {
         name: "Qwen3-MoE",
         gguf_archs: &["qwen3moe"],
@@ -98,6 +98,13 @@ pub const FAMILIES: [Family; 11] = [
         name: "MiniMax-M2",
         gguf_archs: &["minimax-m2"],
         model_types: &["minimax_m2"],
+        presets: &[],
+    },
+    Family {
+        name: "Granite-MoE",
+        // granitemoeshared converts to granitemoe with a shared expert.
+        gguf_archs: &["granitemoe"],
+        model_types: &["granitemoe"],
         presets: &[],
     },
 ];

@@ -11,6 +11,7 @@
 //! | arch | gating | renormalise top-k | scale | bias | shared expert |
 //! |---|---|---|---|---|---|
 //! | `llama` (Mixtral), `mixtral` | softmax | yes | – | – | – |
+//! | `granitemoe` | softmax | yes | – | – | plain if `expert_shared_feed_forward_length` > 0 |
 //! | `qwen3moe` | softmax | yes | – | – | – |
 //! | `qwen3next`, `qwen35moe` | softmax | yes | – | – | sigmoid-gated |
 //! | `qwen2moe` | softmax | no | – | – | sigmoid-gated |
@@ -95,6 +96,8 @@ enum SharedRule {
     Plain,
     /// Present (ungated) iff `<arch>.expert_shared_count` > 0.
     PlainIfCount,
+    /// Present (ungated) iff `<arch>.expert_shared_feed_forward_length` > 0.
+    PlainIfLength,
 }
 
 /// How one architecture's MoE layer is built (see the module docs).
@@ -130,6 +133,9 @@ impl ArchRule {
         };
         Some(match arch {
             "llama" | "mixtral" => softmax(true, Style::TopKSoftmax, SharedRule::None),
+            // granite.cpp (GRANITE_MOE): softmax, norm; Granite-MoE-Shared's
+            // plain shared expert iff n_ff_shexp > 0.
+            "granitemoe" => softmax(true, Style::TopKSoftmax, SharedRule::PlainIfLength),
             "qwen3moe" => softmax(true, Style::SoftmaxTopK, SharedRule::None),
             "qwen3next" | "qwen35moe" => softmax(true, Style::SoftmaxTopK, SharedRule::Gated),
             "qwen2moe" => softmax(false, Style::SoftmaxTopK, SharedRule::Gated),
@@ -415,6 +421,9 @@ pub(crate) fn shared_tensors<'a>(
         SharedRule::Gated | SharedRule::Plain => true,
         SharedRule::PlainIfCount => {
             key_usize(file, arch, "expert_shared_count", layer)?.unwrap_or(0) > 0
+        }
+        SharedRule::PlainIfLength => {
+            key_usize(file, arch, "expert_shared_feed_forward_length", layer)?.unwrap_or(0) > 0
         }
     };
     if !present {

@@ -457,6 +457,21 @@ impl ModelConfig {
                 let i = f.usize_or("intermediate_size", MAX_DIM, 14336)?;
                 (e, k, i, RouterKind::TopKSoftmax, LayerRule::All)
             }
+            "granitemoe" => {
+                // mlx-lm `granitemoe` (GraniteMoeMoE): top-k logits, softmax
+                // over the k; router `router.layer`; every block is MoE. The
+                // Hugging Face files fuse gate+up (`input_linear`, gate rows
+                // first) and name down `output_linear`.
+                block = "block_sparse_moe";
+                names.router = &["router.layer"];
+                names.fused = Some(("input_linear.weight", "output_linear.weight"));
+                keys.experts = "num_local_experts";
+                keys.intermediate = "intermediate_size";
+                let e = f.usize_req("num_local_experts", MAX_EXPERTS)?;
+                let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
+                let i = f.usize_req("intermediate_size", MAX_DIM)?;
+                (e, k, i, RouterKind::TopKSoftmax, LayerRule::All)
+            }
             "minimax_m2" => {
                 // mlx-lm `minimax` (MiniMaxSparseMoeBlock): sigmoid scores,
                 // selection on scores + e_score_correction_bias, weights the
