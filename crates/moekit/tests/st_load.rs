@@ -30,7 +30,7 @@ const NMSE_BOUND: f64 = 1e-8;
 /// formats with integer kernels): NMSE ≤ 1e-4.
 const NMSE_Q8: f64 = 1e-4;
 
-const CASES: [&str; 21] = [
+const CASES: [&str; 23] = [
     "qwen3_moe_mlx_q4",
     "qwen3_moe_hf_sharded",
     "qwen2_moe_mlx_q4",
@@ -52,6 +52,8 @@ const CASES: [&str; 21] = [
     "minimax_m2_hf",
     "granitemoe_mlx_q4",
     "granitemoe_hf_fused",
+    "dots1_mlx_q4",
+    "dots1_hf",
 ];
 
 fn case_dir(name: &str) -> PathBuf {

@@ -31,7 +31,7 @@ pub struct Family {
 }
 
 /// Every family the loaders support.
-pub const FAMILIES: [Family; 12] = [
+pub const FAMILIES: [Family; 13] = [
     Family {
         name: "Qwen3-MoE",
         gguf_archs: &["qwen3moe"],
@@ -105,6 +105,12 @@ pub const FAMILIES: [Family; 12] = [
         // granitemoeshared converts to granitemoe with a shared expert.
         gguf_archs: &["granitemoe"],
         model_types: &["granitemoe"],
+        presets: &[],
+    },
+    Family {
+        name: "dots.llm1",
+        gguf_archs: &["dots1"],
+        model_types: &["dots1"],
         presets: &[],
     },
 ];

@@ -19,6 +19,7 @@
 //! | `deepseek2` | key, default softmax | key, default no | key | optional | plain |
 //! | `glm4moe` | key, default sigmoid | key, default no | key | required | plain if `expert_shared_count` > 0 |
 //! | `minimax-m2` | key, required | yes | – | required | – |
+//! | `dots1` | key, required | key, default no | key | optional | plain |
 //!
 //! "key" means `<arch>.expert_gating_func` (1 softmax, 2 sigmoid; "required":
 //! llama.cpp has no default and aborts without it, moekit names the key),
@@ -157,6 +158,16 @@ impl ArchRule {
                 style: Style::Grouped,
                 bias: Need::Required,
                 shared: SharedRule::None,
+            },
+            // dots1.cpp: gating from the key (no default), norm and scale
+            // from keys, optional exp_probs_b, plain shared expert.
+            "dots1" => ArchRule {
+                gating: Param::Required,
+                norm: Key(false),
+                scale_key: true,
+                style: Style::Grouped,
+                bias: Need::Optional,
+                shared: SharedRule::Plain,
             },
             "glm4moe" => ArchRule {
                 gating: Key(Scoring::Sigmoid),

@@ -457,6 +457,37 @@ impl ModelConfig {
                 let i = f.usize_or("intermediate_size", MAX_DIM, 14336)?;
                 (e, k, i, RouterKind::TopKSoftmax, LayerRule::All)
             }
+            "dots1" => {
+                // mlx-lm `dots1` (Dots1MoE, group_expert_select): sigmoid +
+                // e_score_correction_bias, group-limited (n_group, topk_group;
+                // dropped groups' keys 0.0), renormalised iff norm_topk_prob
+                // and k > 1, × routed_scaling_factor; scoring_func is not
+                // read. MoE where layer >= first_k_dense_replace. mlx-lm
+                // stacks the experts under `experts` (not `switch_mlp`).
+                names.stacked = "experts";
+                keys.experts = "n_routed_experts";
+                keys.shared = "n_shared_experts × moe_intermediate_size";
+                let e = f.usize_req("n_routed_experts", MAX_EXPERTS)?;
+                let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
+                let i = f.usize_req("moe_intermediate_size", MAX_DIM)?;
+                needs_bias = true;
+                let router = grouped(f, Scoring::Sigmoid, true, false)?;
+                if let Some(n) = f.usize_opt("n_shared_experts", 1024)?.filter(|&n| n > 0) {
+                    let s = i.checked_mul(n).filter(|&s| s <= MAX_DIM).ok_or_else(|| {
+                        f.bad(
+                            "n_shared_experts",
+                            "n_shared_experts · moe_intermediate_size ≤ 2^20",
+                            n,
+                        )
+                    })?;
+                    shared = Some(SharedSpec {
+                        intermediate: s,
+                        prefix: "shared_experts",
+                        gated: false,
+                    });
+                }
+                (e, k, i, router, deepseek_rule(f, false)?)
+            }
             "granitemoe" => {
                 // mlx-lm `granitemoe` (GraniteMoeMoE): top-k logits, softmax
                 // over the k; router `router.layer`; every block is MoE. The
