@@ -468,6 +468,28 @@ fn missing_and_misnamed_tensors_are_named() {
     replace_all(&mut b, b"exp_probs_b", b"exp_probs_c");
     let e = load_err(b, 1);
     assert!(e.contains("missing tensor `blk.1.exp_probs_b.bias`"), "{e}");
+
+    // minimax-m2 requires the selection bias and the gating key (llama.cpp
+    // has no default for it).
+    let base = read_bytes("minimax_m2_q4_1");
+    let mut b = base.clone();
+    replace_all(&mut b, b"exp_probs_b", b"exp_probs_c");
+    let e = load_err(b, 0);
+    assert!(e.contains("missing tensor `blk.0.exp_probs_b.bias`"), "{e}");
+    let mut b = base;
+    assert_eq!(
+        replace_all(
+            &mut b,
+            b"minimax-m2.expert_gating_func",
+            b"minimax-m2.expert_gating_fund"
+        ),
+        1
+    );
+    let e = load_err(b, 0);
+    assert!(
+        e.contains("missing key `minimax-m2.expert_gating_func`"),
+        "{e}"
+    );
 }
 
 #[test]

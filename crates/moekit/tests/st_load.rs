@@ -30,7 +30,7 @@ const NMSE_BOUND: f64 = 1e-8;
 /// formats with integer kernels): NMSE ≤ 1e-4.
 const NMSE_Q8: f64 = 1e-4;
 
-const CASES: [&str; 13] = [
+const CASES: [&str; 23] = [
     "qwen3_moe_mlx_q4",
     "qwen3_moe_hf_sharded",
     "qwen2_moe_mlx_q4",
@@ -44,6 +44,16 @@ const CASES: [&str; 13] = [
     "qwen3_moe_mlx_mxfp4",
     "mixtral_mlx_nvfp4",
     "qwen2_moe_mlx_mxfp8",
+    "qwen3_5_moe_mlx_q4",
+    "qwen3_5_moe_hf_fused",
+    "kimi_k25_mlx_q4",
+    "kimi_k2_hf",
+    "minimax_m2_mlx_q8_g32",
+    "minimax_m2_hf",
+    "granitemoe_mlx_q4",
+    "granitemoe_hf_fused",
+    "dots1_mlx_q4",
+    "dots1_hf",
 ];
 
 fn case_dir(name: &str) -> PathBuf {

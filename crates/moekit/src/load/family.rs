@@ -31,7 +31,7 @@ pub struct Family {
 }
 
 /// Every family the loaders support.
-pub const FAMILIES: [Family; 8] = [
+pub const FAMILIES: [Family; 13] = [
     Family {
         name: "Qwen3-MoE",
         gguf_archs: &["qwen3moe"],
@@ -79,6 +79,38 @@ pub const FAMILIES: [Family; 8] = [
         name: "GLM-4-MoE",
         gguf_archs: &["glm4moe"],
         model_types: &["glm4_moe"],
+        presets: &[],
+    },
+    Family {
+        name: "Qwen3.5-MoE",
+        gguf_archs: &["qwen35moe"],
+        model_types: &["qwen3_5_moe"],
+        presets: &[],
+    },
+    Family {
+        name: "Kimi-K2",
+        // llama.cpp converts Kimi-K2 to its DeepSeek-V3 architecture.
+        gguf_archs: &["deepseek2"],
+        model_types: &["kimi_k2", "kimi_k25"],
+        presets: &[],
+    },
+    Family {
+        name: "MiniMax-M2",
+        gguf_archs: &["minimax-m2"],
+        model_types: &["minimax_m2"],
+        presets: &[],
+    },
+    Family {
+        name: "Granite-MoE",
+        // granitemoeshared converts to granitemoe with a shared expert.
+        gguf_archs: &["granitemoe"],
+        model_types: &["granitemoe"],
+        presets: &[],
+    },
+    Family {
+        name: "dots.llm1",
+        gguf_archs: &["dots1"],
+        model_types: &["dots1"],
         presets: &[],
     },
 ];

@@ -11,14 +11,18 @@
 //! | arch | gating | renormalise top-k | scale | bias | shared expert |
 //! |---|---|---|---|---|---|
 //! | `llama` (Mixtral), `mixtral` | softmax | yes | – | – | – |
+//! | `granitemoe` | softmax | yes | – | – | plain if `expert_shared_feed_forward_length` > 0 |
 //! | `qwen3moe` | softmax | yes | – | – | – |
-//! | `qwen3next` | softmax | yes | – | – | sigmoid-gated |
+//! | `qwen3next`, `qwen35moe` | softmax | yes | – | – | sigmoid-gated |
 //! | `qwen2moe` | softmax | no | – | – | sigmoid-gated |
 //! | `olmoe` | softmax | no | – | – | – |
 //! | `deepseek2` | key, default softmax | key, default no | key | optional | plain |
 //! | `glm4moe` | key, default sigmoid | key, default no | key | required | plain if `expert_shared_count` > 0 |
+//! | `minimax-m2` | key, required | yes | – | required | – |
+//! | `dots1` | key, required | key, default no | key | optional | plain |
 //!
-//! "key" means `<arch>.expert_gating_func` (1 softmax, 2 sigmoid),
+//! "key" means `<arch>.expert_gating_func` (1 softmax, 2 sigmoid; "required":
+//! llama.cpp has no default and aborts without it, moekit names the key),
 //! `<arch>.expert_weights_norm` and `<arch>.expert_weights_scale` (absent or 0
 //! means 1, as llama.cpp skips a scale of 0 or 1). For every arch,
 //! `<arch>.expert_group_count` > 1 turns on llama.cpp's group-limited selection.
@@ -63,6 +67,8 @@ enum Param<T> {
     Fixed(T),
     /// Read from the key; the value is the default when it is absent.
     Key(T),
+    /// Read from the key, which must be present (llama.cpp has no default).
+    Required,
 }
 
 /// Which router rule the architecture's softmax routing maps to.
@@ -91,6 +97,8 @@ enum SharedRule {
     Plain,
     /// Present (ungated) iff `<arch>.expert_shared_count` > 0.
     PlainIfCount,
+    /// Present (ungated) iff `<arch>.expert_shared_feed_forward_length` > 0.
+    PlainIfLength,
 }
 
 /// How one architecture's MoE layer is built (see the module docs).
@@ -126,12 +134,35 @@ impl ArchRule {
         };
         Some(match arch {
             "llama" | "mixtral" => softmax(true, Style::TopKSoftmax, SharedRule::None),
+            // granite.cpp (GRANITE_MOE): softmax, norm; Granite-MoE-Shared's
+            // plain shared expert iff n_ff_shexp > 0.
+            "granitemoe" => softmax(true, Style::TopKSoftmax, SharedRule::PlainIfLength),
             "qwen3moe" => softmax(true, Style::SoftmaxTopK, SharedRule::None),
-            "qwen3next" => softmax(true, Style::SoftmaxTopK, SharedRule::Gated),
+            "qwen3next" | "qwen35moe" => softmax(true, Style::SoftmaxTopK, SharedRule::Gated),
             "qwen2moe" => softmax(false, Style::SoftmaxTopK, SharedRule::Gated),
             "olmoe" => softmax(false, Style::SoftmaxTopK, SharedRule::None),
             "deepseek2" => ArchRule {
                 gating: Key(Scoring::Softmax),
+                norm: Key(false),
+                scale_key: true,
+                style: Style::Grouped,
+                bias: Need::Optional,
+                shared: SharedRule::Plain,
+            },
+            // minimax-m2.cpp: gating from the key (no default), norm, no
+            // scale, exp_probs_b required, no shared expert.
+            "minimax-m2" => ArchRule {
+                gating: Param::Required,
+                norm: Fixed(true),
+                scale_key: false,
+                style: Style::Grouped,
+                bias: Need::Required,
+                shared: SharedRule::None,
+            },
+            // dots1.cpp: gating from the key (no default), norm and scale
+            // from keys, optional exp_probs_b, plain shared expert.
+            "dots1" => ArchRule {
+                gating: Param::Required,
                 norm: Key(false),
                 scale_key: true,
                 style: Style::Grouped,
@@ -250,8 +281,16 @@ pub(crate) fn router_kind(
 ) -> Result<RouterKind> {
     let scoring = match fam.gating {
         Param::Fixed(s) => s,
-        Param::Key(default) => match key_u64(file, arch, "expert_gating_func", layer)? {
-            None | Some(0) => default,
+        Param::Key(_) | Param::Required => match key_u64(file, arch, "expert_gating_func", layer)? {
+            None | Some(0) => match fam.gating {
+                Param::Key(default) => default,
+                _ => {
+                    return Err(bad(
+                        file,
+                        format!("missing key `{arch}.expert_gating_func` (1 softmax or 2 sigmoid; llama.cpp has no default for {arch})"),
+                    ))
+                }
+            },
             Some(1) => Scoring::Softmax,
             Some(2) => Scoring::Sigmoid,
             Some(v) => {
@@ -262,11 +301,12 @@ pub(crate) fn router_kind(
             }
         },
     };
+    let norm_key = format!("{arch}.expert_weights_norm");
     let norm = match fam.norm {
         Param::Fixed(b) => b,
-        Param::Key(default) => {
-            key_bool(file, &format!("{arch}.expert_weights_norm"))?.unwrap_or(default)
-        }
+        Param::Key(default) => key_bool(file, &norm_key)?.unwrap_or(default),
+        Param::Required => key_bool(file, &norm_key)?
+            .ok_or_else(|| bad(file, format!("missing key `{norm_key}`")))?,
     };
     let scale = match fam.scale_key {
         true => key_f64(file, &format!("{arch}.expert_weights_scale"))?
@@ -392,6 +432,9 @@ pub(crate) fn shared_tensors<'a>(
         SharedRule::Gated | SharedRule::Plain => true,
         SharedRule::PlainIfCount => {
             key_usize(file, arch, "expert_shared_count", layer)?.unwrap_or(0) > 0
+        }
+        SharedRule::PlainIfLength => {
+            key_usize(file, arch, "expert_shared_feed_forward_length", layer)?.unwrap_or(0) > 0
         }
     };
     if !present {

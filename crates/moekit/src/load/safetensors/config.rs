@@ -32,6 +32,58 @@ pub(crate) struct SharedSpec {
     pub gated: bool,
 }
 
+/// Where a family's MoE tensors are, as module paths (mlx-lm and Hugging
+/// Face names; `layout.rs` reads them). Block `N`'s MoE module is
+/// `{layers}.N.{block}` for the first of `layers` under which a router
+/// exists.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Names {
+    /// Prefixes of the decoder blocks, tried in order.
+    pub layers: &'static [&'static str],
+    /// Router module under the MoE module, tried in order (mlx-lm's name
+    /// first where it differs from Hugging Face's).
+    pub router: &'static [&'static str],
+    /// Selection-bias tensor under the MoE module.
+    pub bias: &'static str,
+    /// mlx-lm's stacked experts module under the MoE module (`switch_mlp`).
+    pub stacked: &'static str,
+    /// Hugging Face experts stored fused: tensors gate+up `[E, 2I, H]`
+    /// (gate rows first) and down `[E, H, I]`, unquantized.
+    pub fused: Option<(&'static str, &'static str)>,
+}
+
+impl Names {
+    const DEFAULT: Names = Names {
+        layers: &["model.layers"],
+        router: &["gate"],
+        bias: "gate.e_score_correction_bias",
+        stacked: "switch_mlp",
+        fused: None,
+    };
+
+    /// Block `layer`'s MoE module path: under the first prefix of `layers`
+    /// whose router (any of `router`) exists, else under the first prefix.
+    pub fn moe_module(&self, layer: usize, block: &str, has: &dyn Fn(&str) -> bool) -> String {
+        let module = |prefix: &str| format!("{prefix}.{layer}.{block}");
+        self.layers
+            .iter()
+            .map(|p| module(p))
+            .find(|m| self.router.iter().any(|r| has(&format!("{m}.{r}.weight"))))
+            .unwrap_or_else(|| module(self.layers.first().copied().unwrap_or("model.layers")))
+    }
+
+    /// The router module under `module`: the first of `router` that exists,
+    /// else the first.
+    pub fn router_module(&self, module: &str, has: &dyn Fn(&str) -> bool) -> String {
+        let name = |r: &str| format!("{module}.{r}");
+        self.router
+            .iter()
+            .map(|r| name(r))
+            .find(|m| has(&format!("{m}.weight")))
+            .unwrap_or_else(|| name(self.router.first().copied().unwrap_or("gate")))
+    }
+}
+
 /// The `config.json` keys the sizes come from (for messages).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SizeKeys {
@@ -70,6 +122,8 @@ pub(crate) struct ModelConfig {
     pub shared: Option<SharedSpec>,
     /// Module under `model.layers.N`: `mlp` or `block_sparse_moe` (Mixtral).
     pub block: &'static str,
+    /// The family's tensor names.
+    pub names: Names,
     /// Quantization settings.
     pub quant: QuantConfig,
     /// Where E, I and the shared I come from.
@@ -263,6 +317,18 @@ fn expect_str(f: &Fields<'_>, key: &str, allowed: &[&str], model_type: &str) -> 
     }
 }
 
+/// Names the keys of an error about `text_config`'s fields as
+/// `text_config.KEY`.
+fn in_text_config(e: Error, path: &Path) -> Error {
+    match e {
+        Error::BadFile { path: p, msg } if p == path => Error::BadFile {
+            path: p,
+            msg: msg.replacen("key `", "key `text_config.", 1),
+        },
+        other => other,
+    }
+}
+
 impl ModelConfig {
     /// Parses `config.json` text.
     pub fn parse(text: &str, path: &Path) -> Result<ModelConfig> {
@@ -293,20 +359,46 @@ impl ModelConfig {
                 ),
             ));
         }
+        // Quantization is at the top level even where the language model's
+        // settings are nested (mlx-lm's `save_config`).
+        let quant = QuantConfig::parse(&f)?;
+        // Multimodal wrappers: the language model's config under
+        // `text_config` (mlx-lm's qwen3_5_moe also takes a flat config).
+        let text = match (mt, f.get("text_config")) {
+            ("qwen3_5_moe" | "kimi_k25", Some(Value::Object(tc))) => Some(tc),
+            ("qwen3_5_moe", None) => None,
+            ("kimi_k25", None) => return Err(f.missing("text_config")),
+            ("qwen3_5_moe" | "kimi_k25", Some(v)) => {
+                return Err(f.bad("text_config", "an object (the language model's config)", v))
+            }
+            _ => None,
+        };
+        match text {
+            Some(obj) => ModelConfig::parse_text(&Fields { path, obj }, model_type, quant)
+                .map_err(|e| in_text_config(e, path)),
+            None => ModelConfig::parse_text(&f, model_type, quant),
+        }
+    }
+
+    /// The language model's settings of a `model_type` (from `f`, the root
+    /// object or its `text_config`).
+    fn parse_text(f: &Fields<'_>, model_type: String, quant: QuantConfig) -> Result<ModelConfig> {
+        let path = f.path;
+        let mt = model_type.as_str();
         let hidden = f.usize_req("hidden_size", MAX_DIM)?;
         let n_layers = f.usize_req("num_hidden_layers", MAX_LAYERS)?;
-        let quant = QuantConfig::parse(&f)?;
 
         let mut shared = None;
         let mut needs_bias = false;
         let mut block = "mlp";
+        let mut names = Names::DEFAULT;
         let mut keys = SizeKeys {
             experts: "num_experts",
             intermediate: "moe_intermediate_size",
             shared: "shared_expert_intermediate_size",
         };
         let (n_experts, top_k, intermediate, router, rule) = match mt {
-            "qwen3_moe" | "qwen2_moe" | "qwen3_next" | "olmoe" => {
+            "qwen3_moe" | "qwen2_moe" | "qwen3_next" | "qwen3_5_moe" | "olmoe" => {
                 let e = f.usize_req("num_experts", MAX_EXPERTS)?;
                 let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
                 let i_key = if mt == "olmoe" {
@@ -320,10 +412,12 @@ impl ModelConfig {
                 // others False). mlx-lm's qwen3_next defaults to False, but
                 // Qwen3-Next checkpoints (and mlx-lm's conversions of them, which
                 // keep the key) say true.
+                // (Qwen3.5: mlx-lm's and transformers' default is True too.)
+                let norm_default = matches!(mt, "qwen3_next" | "qwen3_5_moe");
                 let router = RouterKind::SoftmaxTopK {
-                    norm_topk_prob: f.bool_or("norm_topk_prob", mt == "qwen3_next")?,
+                    norm_topk_prob: f.bool_or("norm_topk_prob", norm_default)?,
                 };
-                if mt == "qwen2_moe" || mt == "qwen3_next" {
+                if matches!(mt, "qwen2_moe" | "qwen3_next" | "qwen3_5_moe") {
                     let s = f.usize_req("shared_expert_intermediate_size", MAX_DIM)?;
                     if s > 0 {
                         shared = Some(SharedSpec {
@@ -339,11 +433,19 @@ impl ModelConfig {
                         "olmoe with mlp_bias = true (expert biases)",
                     ));
                 }
-                let rule = if mt == "olmoe" {
-                    LayerRule::All
-                } else {
-                    qwen_rule(&f)?
+                let rule = match mt {
+                    // Qwen3.5 (mlx-lm `qwen3_5`, transformers): every block
+                    // is MoE when num_experts > 0; no decoder_sparse_step.
+                    "olmoe" | "qwen3_5_moe" => LayerRule::All,
+                    _ => qwen_rule(f)?,
                 };
+                if mt == "qwen3_5_moe" {
+                    // mlx-lm's sanitize: `language_model.model.layers`; the
+                    // Hugging Face files: `model.language_model.layers`.
+                    names.layers = &["language_model.model.layers", "model.language_model.layers"];
+                    // The Hugging Face files' fused experts (mlx-lm's sanitize splits them).
+                    names.fused = Some(("experts.gate_up_proj", "experts.down_proj"));
+                }
                 (e, k, i, router, rule)
             }
             "mixtral" => {
@@ -355,7 +457,100 @@ impl ModelConfig {
                 let i = f.usize_or("intermediate_size", MAX_DIM, 14336)?;
                 (e, k, i, RouterKind::TopKSoftmax, LayerRule::All)
             }
-            "deepseek_v2" | "deepseek_v3" | "glm4_moe" => {
+            "dots1" => {
+                // mlx-lm `dots1` (Dots1MoE, group_expert_select): sigmoid +
+                // e_score_correction_bias, group-limited (n_group, topk_group;
+                // dropped groups' keys 0.0), renormalised iff norm_topk_prob
+                // and k > 1, × routed_scaling_factor; scoring_func is not
+                // read. MoE where layer >= first_k_dense_replace. mlx-lm
+                // stacks the experts under `experts` (not `switch_mlp`).
+                names.stacked = "experts";
+                keys.experts = "n_routed_experts";
+                keys.shared = "n_shared_experts × moe_intermediate_size";
+                let e = f.usize_req("n_routed_experts", MAX_EXPERTS)?;
+                let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
+                let i = f.usize_req("moe_intermediate_size", MAX_DIM)?;
+                needs_bias = true;
+                let router = grouped(f, Scoring::Sigmoid, true, false)?;
+                if let Some(n) = f.usize_opt("n_shared_experts", 1024)?.filter(|&n| n > 0) {
+                    let s = i.checked_mul(n).filter(|&s| s <= MAX_DIM).ok_or_else(|| {
+                        f.bad(
+                            "n_shared_experts",
+                            "n_shared_experts · moe_intermediate_size ≤ 2^20",
+                            n,
+                        )
+                    })?;
+                    shared = Some(SharedSpec {
+                        intermediate: s,
+                        prefix: "shared_experts",
+                        gated: false,
+                    });
+                }
+                (e, k, i, router, deepseek_rule(f, false)?)
+            }
+            "granitemoe" => {
+                // mlx-lm `granitemoe` (GraniteMoeMoE): top-k logits, softmax
+                // over the k; router `router.layer`; every block is MoE. The
+                // Hugging Face files fuse gate+up (`input_linear`, gate rows
+                // first) and name down `output_linear`.
+                block = "block_sparse_moe";
+                names.router = &["router.layer"];
+                names.fused = Some(("input_linear.weight", "output_linear.weight"));
+                keys.experts = "num_local_experts";
+                keys.intermediate = "intermediate_size";
+                let e = f.usize_req("num_local_experts", MAX_EXPERTS)?;
+                let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
+                let i = f.usize_req("intermediate_size", MAX_DIM)?;
+                (e, k, i, RouterKind::TopKSoftmax, LayerRule::All)
+            }
+            "minimax_m2" => {
+                // mlx-lm `minimax` (MiniMaxSparseMoeBlock): sigmoid scores,
+                // selection on scores + e_score_correction_bias, weights the
+                // chosen scores / (their sum + 1e-20); every block is MoE.
+                block = "block_sparse_moe";
+                names.bias = "e_score_correction_bias";
+                keys.experts = "num_local_experts";
+                keys.intermediate = "intermediate_size";
+                let e = f.usize_req("num_local_experts", MAX_EXPERTS)?;
+                let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
+                let i = f.usize_req("intermediate_size", MAX_DIM)?;
+                expect_str(f, "scoring_func", &["sigmoid"], mt)?;
+                if let Some(s) = f
+                    .usize_opt("shared_intermediate_size", MAX_DIM)?
+                    .filter(|&s| s > 0)
+                {
+                    // mlx-lm ignores the key; no MiniMax-M2 checkpoint sets it.
+                    return Err(crate::error::unsupported(
+                        "safetensors",
+                        format!("{}: {mt} with shared_intermediate_size = {s} (a shared expert mlx-lm does not build)", path.display()),
+                    ));
+                }
+                if k == 1 {
+                    // mlx-lm renormalises one weight to 1; Grouped keeps the score.
+                    return Err(crate::error::unsupported(
+                        "safetensors",
+                        format!("{}: {mt} with num_experts_per_tok = 1 (mlx-lm's weight is 1, moekit's rule keeps the score)", path.display()),
+                    ));
+                }
+                needs_bias = true;
+                let router = RouterKind::Grouped {
+                    scoring: Scoring::Sigmoid,
+                    bias: None,
+                    n_group: 1,
+                    topk_group: 1,
+                    dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
+                    norm_topk_prob: true,
+                    routed_scaling_factor: 1.0,
+                };
+                (e, k, i, router, LayerRule::All)
+            }
+            "deepseek_v2" | "deepseek_v3" | "kimi_k2" | "kimi_k25" | "glm4_moe" => {
+                if mt == "kimi_k25" {
+                    // mlx-lm's kimi_k25 and the Hugging Face files.
+                    names.layers = &["language_model.model.layers"];
+                }
+                // Kimi-K2 is DeepSeek-V3 (mlx-lm maps kimi_k2 to deepseek_v3).
+                let v3 = matches!(mt, "deepseek_v3" | "kimi_k2" | "kimi_k25");
                 let e = f.usize_opt("n_routed_experts", MAX_EXPERTS)?;
                 keys.experts = "n_routed_experts";
                 keys.shared = "n_shared_experts × moe_intermediate_size";
@@ -363,24 +558,24 @@ impl ModelConfig {
                 let k = match f.usize_opt("num_experts_per_tok", MAX_TOP_K)? {
                     Some(k) => k,
                     None if e.is_none() => 0,
-                    None if mt == "deepseek_v3" => 1,
+                    None if v3 => 1,
                     None => return Err(f.missing("num_experts_per_tok")),
                 };
                 let i = f.usize_or("moe_intermediate_size", MAX_DIM, 1407)?;
                 let router = if v2 {
-                    expect_str(&f, "scoring_func", &["softmax"], mt)?;
+                    expect_str(f, "scoring_func", &["softmax"], mt)?;
                     let m = expect_str(
-                        &f,
+                        f,
                         "topk_method",
                         &["gready", "greedy", "group_limited_greedy"],
                         mt,
                     )?;
-                    grouped(&f, Scoring::Softmax, m == "group_limited_greedy", false)?
+                    grouped(f, Scoring::Softmax, m == "group_limited_greedy", false)?
                 } else {
-                    expect_str(&f, "scoring_func", &["sigmoid"], mt)?;
-                    expect_str(&f, "topk_method", &["noaux_tc"], mt)?;
+                    expect_str(f, "scoring_func", &["sigmoid"], mt)?;
+                    expect_str(f, "topk_method", &["noaux_tc"], mt)?;
                     needs_bias = true;
-                    grouped(&f, Scoring::Sigmoid, true, true)?
+                    grouped(f, Scoring::Sigmoid, true, true)?
                 };
                 if let Some(n) = f.usize_opt("n_shared_experts", 1024)?.filter(|&n| n > 0) {
                     let s = i.checked_mul(n).filter(|&s| s <= MAX_DIM).ok_or_else(|| {
@@ -396,7 +591,7 @@ impl ModelConfig {
                         gated: false,
                     });
                 }
-                let rule = deepseek_rule(&f, mt != "glm4_moe")?;
+                let rule = deepseek_rule(f, mt != "glm4_moe")?;
                 match e {
                     Some(e) => (e, k, i, router, rule),
                     // No routed experts: every block is dense.
@@ -446,11 +641,12 @@ impl ModelConfig {
             needs_bias,
             shared,
             block,
+            names,
             quant,
             keys,
         };
         if !cfg.moe_layers.is_empty() {
-            cfg.check(&f)?;
+            cfg.check(f)?;
         }
         Ok(cfg)
     }
@@ -592,18 +788,73 @@ mod tests {
     }
 
     #[test]
+    fn nested_text_config_is_read_and_named_in_errors() {
+        let c = parse(
+            r#"{"model_type":"kimi_k25","quantization":{"group_size":64,"bits":4},
+               "text_config":{"model_type":"kimi_k2","hidden_size":64,"num_hidden_layers":3,
+               "n_routed_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16,
+               "first_k_dense_replace":1,"n_shared_experts":1,"routed_scaling_factor":2.827}}"#,
+        )
+        .unwrap();
+        assert_eq!((c.model_type.as_str(), c.hidden), ("kimi_k25", 64));
+        assert_eq!(c.moe_layers, vec![1, 2]);
+        assert!(c.needs_bias);
+        assert_eq!(c.names.layers, &["language_model.model.layers"]);
+        // Qwen3.5: every block is MoE, renormalised by default, gated shared
+        // expert; mlx-lm also takes the flat form.
+        for text in [
+            r#"{"model_type":"qwen3_5_moe","text_config":{"hidden_size":64,"num_hidden_layers":2,
+               "num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16,
+               "shared_expert_intermediate_size":16,"decoder_sparse_step":2}}"#,
+            r#"{"model_type":"qwen3_5_moe","hidden_size":64,"num_hidden_layers":2,
+               "num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":16,
+               "shared_expert_intermediate_size":16}"#,
+        ] {
+            let c = parse(text).unwrap();
+            assert_eq!(c.moe_layers, vec![0, 1]);
+            assert_eq!(
+                c.router,
+                RouterKind::SoftmaxTopK {
+                    norm_topk_prob: true
+                }
+            );
+            assert!(c.shared.as_ref().is_some_and(|s| s.gated));
+        }
+        let e = parse(r#"{"model_type":"kimi_k25","text_config":{"hidden_size":64}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("missing key `text_config.num_hidden_layers`"),
+            "{e}"
+        );
+        let e = parse(r#"{"model_type":"kimi_k25","text_config":[1]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key `text_config`: expected an object"), "{e}");
+        let e = parse(r#"{"model_type":"kimi_k25","hidden_size":64}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing key `text_config`"), "{e}");
+    }
+
+    #[test]
     fn every_family_table_model_type_has_a_rule() {
         // One config holding every family's size keys; each model_type of
         // the family table must parse (no "no rule" / unsupported error),
         // grouped routers with the safetensors loader's mask.
         for mt in crate::load::family::model_types() {
-            let c = parse(&format!(
-                r#"{{"model_type":"{mt}","hidden_size":64,"num_hidden_layers":2,"num_experts":8,
+            let sizes = r#""hidden_size":64,"num_hidden_layers":2,"num_experts":8,
                    "num_local_experts":8,"n_routed_experts":8,"num_experts_per_tok":2,
                    "moe_intermediate_size":16,"intermediate_size":16,"shared_expert_intermediate_size":16,
-                   "n_group":2,"topk_group":1}}"#
-            ))
-            .unwrap_or_else(|e| panic!("{mt}: {e}"));
+                   "n_group":2,"topk_group":1"#;
+            let text = match mt {
+                // The language model's settings nested under text_config.
+                "qwen3_5_moe" | "kimi_k25" => {
+                    format!(r#"{{"model_type":"{mt}","text_config":{{{sizes}}}}}"#)
+                }
+                _ => format!(r#"{{"model_type":"{mt}",{sizes}}}"#),
+            };
+            let c = parse(&text).unwrap_or_else(|e| panic!("{mt}: {e}"));
             assert_eq!(c.n_experts, 8, "{mt}");
             if let RouterKind::Grouped { dropped_groups, .. } = c.router {
                 assert_eq!(dropped_groups, crate::ops::route::GroupMask::Zero, "{mt}");

@@ -11,6 +11,13 @@
 //! | shared expert | `P.shared_expert.{gate,up,down}_proj` (Qwen) / `P.shared_experts.*` (DeepSeek, GLM) | same |
 //! | shared gate `[1, H]` | `P.shared_expert_gate` | same |
 //!
+//! Family differences (`config::Names`, set per `model_type` in `config.rs`):
+//! the block prefix (`language_model.model.layers` for Kimi-K2.5 and
+//! mlx-lm's Qwen3.5, `model.language_model.layers` for Hugging Face's
+//! Qwen3.5), the router module, the selection bias's name, the stacked
+//! experts module, and Hugging Face experts stored fused (Qwen3.5
+//! `experts.gate_up_proj` `[E, 2I, H]`, gate rows first, + `experts.down_proj`).
+//!
 //! A module is quantized (MLX affine: `.scales` and `.biases`; mxfp4 / nvfp4 /
 //! mxfp8: `.scales` only) when the config or a `.scales` tensor says so
 //! (see `quant`); a Hugging Face module is FP8 block-scaled when its
@@ -35,6 +42,8 @@ const OP: &str = "moe_block";
 enum Experts {
     /// mlx-lm `switch_mlp`: one `[E, ..]` tensor per projection.
     Stacked,
+    /// Hugging Face fused: gate+up `[E, 2I, H]` and down `[E, H, I]` modules.
+    Fused(&'static str, &'static str),
     /// Hugging Face: one tensor per expert; names of gate, up, down.
     PerExpert([&'static str; 3]),
 }
@@ -279,10 +288,49 @@ fn per_expert(
         .map_err(|err| ck.bad(&first.names[0], err))
 }
 
+/// A Hugging Face fused expert tensor `name` (a float `[E, rows, cols]`,
+/// stored as it is: these files are not mlx-quantized).
+fn fused_dense(
+    ck: &SafetensorsCheckpoint,
+    name: &str,
+    [e, rows, cols]: [usize; 3],
+    k: &Keys,
+) -> Result<QuantWeights> {
+    let (d, got) = ck.info(name)?;
+    if !d.is_float() || got != [e, rows, cols] {
+        return Err(ck.bad(
+            name,
+            format!(
+                "{d} {got:?}, expected a float [{e}, {rows}, {cols}] (experts `{}` = {e}, rows {} = {rows}, columns {} = {cols} in {})",
+                ck.cfg.keys.experts,
+                k.rows,
+                k.cols,
+                ck.dir.join("config.json").display()
+            ),
+        ));
+    }
+    QuantWeights::new(
+        WeightFormat::Dense(d),
+        e,
+        rows,
+        cols,
+        ck.load(name)?,
+        None,
+        None,
+    )
+    .map_err(|err| ck.bad(name, err))
+}
+
 fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
-    let stacked = format!("{prefix}.switch_mlp.gate_proj.weight");
+    let names = &ck.cfg.names;
+    let stacked = format!("{prefix}.{}.gate_proj.weight", names.stacked);
     if ck.get(&stacked).is_some() {
         return Ok(Experts::Stacked);
+    }
+    if let Some((gate_up, down)) = names.fused {
+        if ck.get(&format!("{prefix}.{gate_up}")).is_some() {
+            return Ok(Experts::Fused(gate_up, down));
+        }
     }
     for names in [["gate_proj", "up_proj", "down_proj"], ["w1", "w3", "w2"]] {
         if ck
@@ -302,7 +350,7 @@ fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
 
 /// The router's `e_score_correction_bias` as f32.
 fn bias(ck: &SafetensorsCheckpoint, prefix: &str, e: usize) -> Result<Vec<f32>> {
-    let name = format!("{prefix}.gate.e_score_correction_bias");
+    let name = format!("{prefix}.{}", ck.cfg.names.bias);
     let (d, shape) = ck.info(&name)?;
     if !d.is_float() || shape != [e] {
         let key = ck.cfg.keys.experts;
@@ -354,12 +402,15 @@ pub(super) fn build(
 ) -> Result<MoeBlock> {
     let c = &ck.cfg;
     check_layer(c, layer)?;
-    let p = format!("model.layers.{layer}.{}", c.block);
+    let p = c
+        .names
+        .moe_module(layer, c.block, &|n: &str| ck.get(n).is_some());
     let (e, h, i) = (c.n_experts, c.hidden, c.intermediate);
     let experts = detect(ck, &p)?;
     let shared_parts = c.shared.as_ref().map_or(0, |s| 3 + usize::from(s.gated));
     let expert_parts = match experts {
         Experts::Stacked => 3,
+        Experts::Fused(..) => 2,
         Experts::PerExpert(_) => 3 * e,
     };
     let total = 1 + expert_parts + shared_parts;
@@ -371,7 +422,8 @@ pub(super) fn build(
 
     let ks = &c.keys;
     let router_keys = keys(ks.experts, "hidden_size");
-    let router_part = part(ck, &format!("{p}.gate"), None, e, h, &router_keys)?;
+    let router_module = c.names.router_module(&p, &|n: &str| ck.get(n).is_some());
+    let router_part = part(ck, &router_module, None, e, h, &router_keys)?;
     let router_weight = weights(ck, &router_part, 1, e, h)?;
     let mut kind = c.router.clone();
     if let RouterKind::Grouped { bias: b, .. } = &mut kind {
@@ -384,12 +436,12 @@ pub(super) fn build(
     let ih = keys(ks.intermediate, "hidden_size");
     let hi = keys("hidden_size", ks.intermediate);
     let dim_keys = [&ih, &ih, &hi];
-    let [gate, up, down] = match experts {
+    let (gate_up, down) = match experts {
         Experts::Stacked => {
             let mut w = Vec::with_capacity(3);
             let names = ["gate_proj", "up_proj", "down_proj"];
             for ((name, (rows, cols)), k) in names.iter().zip(dims).zip(dim_keys) {
-                let module = format!("{p}.switch_mlp.{name}");
+                let module = format!("{p}.{}.{name}", c.names.stacked);
                 w.push(weights(
                     ck,
                     &part(ck, &module, Some(e), rows, cols, k)?,
@@ -399,14 +451,27 @@ pub(super) fn build(
                 )?);
                 tick();
             }
-            to3(w)?
+            let [gate, up, down] = to3(w)?;
+            (GateUp::separate(gate, up)?, down)
+        }
+        Experts::Fused(gu, dn) => {
+            let gu_keys = Keys {
+                rows: format!("2 × `{}`", ks.intermediate),
+                cols: "`hidden_size`".into(),
+            };
+            let w = fused_dense(ck, &format!("{p}.{gu}"), [e, 2 * i, h], &gu_keys)?;
+            tick();
+            let d = fused_dense(ck, &format!("{p}.{dn}"), [e, h, i], &hi)?;
+            tick();
+            (GateUp::fused(w)?, d)
         }
         Experts::PerExpert(names) => {
             let mut w = Vec::with_capacity(3);
             for ((name, (rows, cols)), k) in names.iter().zip(dims).zip(dim_keys) {
                 w.push(per_expert(ck, &p, name, rows, cols, k, &tick)?);
             }
-            to3(w)?
+            let [gate, up, down] = to3(w)?;
+            (GateUp::separate(gate, up)?, down)
         }
     };
     let shared = match &c.shared {
@@ -467,7 +532,7 @@ pub(super) fn build(
             top_k: c.top_k,
         },
         router_weight,
-        gate_up: GateUp::separate(gate, up)?,
+        gate_up,
         down,
         shared,
     })
