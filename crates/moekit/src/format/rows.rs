@@ -290,6 +290,29 @@ impl<'a> RowDecoder<'a> {
         Some((p, d.get(w)?, scales, biases))
     }
 
+    /// The stored words and scale bytes of rows `n0..n0 + n` of expert `e`
+    /// of MLX microscaled weights (contiguous: `K·bits/32` words and
+    /// `K/group_size` scale bytes per row); `None` for other formats or rows
+    /// out of range.
+    pub fn mlxfp_rows(
+        &self,
+        e: usize,
+        n0: usize,
+        n: usize,
+    ) -> Option<(MlxFpMode, &'a [u32], &'a [u8])> {
+        let DecoderKind::MlxFp(mode, d, s) = self.kind else {
+            return None;
+        };
+        if n0.checked_add(n)? > self.rows || e.checked_mul(self.rows)? >= self.total_rows {
+            return None;
+        }
+        let r0 = e * self.rows + n0;
+        let words = self.cols * mode.bits() as usize / 32;
+        let groups = self.cols / mode.group_size();
+        let span = |len: usize| Some(r0.checked_mul(len)?..(r0 + n).checked_mul(len)?);
+        Some((mode, d.get(span(words)?)?, s.get(span(groups)?)?))
+    }
+
     /// Writes row `n` of expert `e`, dequantized, into `out` (`len == K`).
     pub fn decode(&self, e: usize, n: usize, out: &mut [f32]) -> Result<()> {
         if out.len() != self.cols {

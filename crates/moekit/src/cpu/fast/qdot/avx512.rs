@@ -88,7 +88,7 @@ run_fn!(run_q4_k, q4_k);
 
 /// 64 bytes, or 16 lanes of 32 bits, or 32 of 16.
 #[inline(always)]
-fn load512<T: Copy, const N: usize>(v: &[T; N]) -> __m512i {
+pub(super) fn load512<T: Copy, const N: usize>(v: &[T; N]) -> __m512i {
     const { assert!(std::mem::size_of::<T>() * N == 64) };
     // SAFETY: `v` is 64 readable bytes (the assertion), unaligned loads are
     // allowed; the level was detected.
@@ -97,7 +97,7 @@ fn load512<T: Copy, const N: usize>(v: &[T; N]) -> __m512i {
 
 /// Lanes as an array.
 #[inline(always)]
-fn to_array16(v: __m512) -> [f32; 16] {
+pub(super) fn to_array16(v: __m512) -> [f32; 16] {
     let mut a = [0f32; 16];
     // SAFETY: `a` is 16 writable f32; the level was detected.
     unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v) };
@@ -106,7 +106,7 @@ fn to_array16(v: __m512) -> [f32; 16] {
 
 /// `fma(s, f32(l), acc)` lane by lane.
 #[inline(always)]
-fn fma16(acc: __m512, s: __m512, l: __m512i) -> __m512 {
+pub(super) fn fma16(acc: __m512, s: __m512, l: __m512i) -> __m512 {
     // SAFETY: no memory is accessed; the level was detected.
     unsafe { _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(l), acc) }
 }
@@ -114,7 +114,7 @@ fn fma16(acc: __m512, s: __m512, l: __m512i) -> __m512 {
 /// `s·m` lane by lane: the lanes' scale products (rounded once, as the
 /// portable `s * m[j]`).
 #[inline(always)]
-fn pow_mul(s: __m512, p: &[f32; 16]) -> __m512 {
+pub(super) fn pow_mul(s: __m512, p: &[f32; 16]) -> __m512 {
     // SAFETY: `p` is 64 readable bytes; the level was detected.
     unsafe { _mm512_mul_ps(s, _mm512_loadu_ps(p.as_ptr())) }
 }
@@ -303,13 +303,13 @@ fn q4_0<const R: usize>(
 }
 
 /// How far ahead of the bytes being dotted the kernels prefetch.
-const PREFETCH: usize = 1024;
+pub(super) const PREFETCH: usize = 1024;
 
 /// Prefetches the cache line `ahead` bytes past the start of `v` (to L1).
 /// A hint: the address may lie past the row (the instruction never
 /// faults; the pointer is only computed, with wrapping arithmetic).
 #[inline(always)]
-fn prefetch<T>(v: &[T], ahead: usize) {
+pub(super) fn prefetch<T>(v: &[T], ahead: usize) {
     let p = v.as_ptr().cast::<i8>().wrapping_add(ahead);
     // SAFETY: `prefetcht0` reads nothing architecturally and never faults;
     // the level was detected.
@@ -318,7 +318,7 @@ fn prefetch<T>(v: &[T], ahead: usize) {
 
 /// `[s0 ×4, s1 ×4, s2 ×4, s3 ×4]`.
 #[inline(always)]
-fn spread_x4(s: __m128) -> __m512 {
+pub(super) fn spread_x4(s: __m128) -> __m512 {
     // SAFETY: no memory is accessed; the level was detected.
     unsafe {
         let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);

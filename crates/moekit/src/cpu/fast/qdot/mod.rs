@@ -50,12 +50,17 @@
 //! (measured 1e-7..1.5e-5) and on the MoE-block fixtures (at most ~5e-5; the
 //! tolerance llama.cpp's `test-backend-ops` allows for `mul_mat_id`).
 //!
-//! Formats: every GGUF type ([`kind_of`]) and MLX affine of 2, 3, 4, 5, 6
-//! and 8 bits, groups of 32/64/128 ([`kind_of_affine`]). Q4_0, Q8_0, Q4_K
-//! and affine4 have kernels of their own (above); the others ([`blocks`]:
-//! Q4_1, Q5_0, Q5_1 and affine 2/3/5/6/8 as Q8_0's signed-code kernel with
-//! a per-format code unpacking; Q2_K, Q3_K, Q5_K, Q6_K as Q4_K's with
-//! per-16 scales and offsets) share one kernel per family. Q4_1 and affine
+//! Formats: every GGUF type but the grid and ternary ones (IQ1–IQ3, TQ*;
+//! [`kind_of`]), MLX affine of 2, 3, 4, 5, 6 and 8 bits, groups of
+//! 32/64/128 ([`kind_of_affine`]), and MLX's mxfp4 and nvfp4
+//! ([`kind_of_mlxfp`]). Q4_0, Q8_0, Q4_K and affine4 have kernels of their
+//! own (above); the others ([`blocks`]: Q4_1, Q5_0, Q5_1 and affine
+//! 2/3/5/6/8 as Q8_0's signed-code kernel with a per-format code unpacking;
+//! Q2_K, Q3_K, Q5_K, Q6_K as Q4_K's with per-16 scales and offsets) share
+//! one kernel per family, and the 4-bit codebook formats ([`codebook`]:
+//! IQ4_NL, IQ4_XS, MXFP4, MLX mxfp4 and nvfp4) dot Q8_0's way the signed
+//! values their nibbles index in a 16-entry table (a byte shuffle at the
+//! x86 levels), against activations stored as Q4_0's. Q4_1 and affine
 //! 2 and 8 bits keep the f32 kernels by default ([`QKind::by_default`]:
 //! those measured faster). Levels: `portable` (plain Rust integer
 //! arithmetic; `f32::mul_add`), `ymm` (AVX2 `vpmaddubsw`/`vpmaddwd` and
@@ -73,6 +78,9 @@ mod avx512;
 mod blocks;
 #[cfg(target_arch = "x86_64")]
 mod blocks_x86;
+mod codebook;
+#[cfg(target_arch = "x86_64")]
+mod codebook_x86;
 mod portable;
 mod quant;
 #[cfg(target_arch = "x86_64")]
@@ -80,12 +88,12 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 mod ymm;
 
-pub use quant::{half_offsets, kind_of, kind_of_affine, kind_of_rows, QKind, QRow};
+pub use quant::{half_offsets, kind_of, kind_of_affine, kind_of_mlxfp, kind_of_rows, QKind, QRow};
 
 use crate::cpu::SimdLevel;
 use crate::error::{invalid, Result};
 use crate::format::ggml::GgmlType;
-use crate::format::{RawRow, RowDecoder};
+use crate::format::{MlxFpMode, RawRow, RowDecoder};
 
 /// Blocks per run of the kernels' accumulators (`A[b % RUN]`).
 const RUN: usize = 4;
@@ -351,6 +359,8 @@ enum QFormat {
     /// MLX packed affine of these bits, with scales and biases of this
     /// dtype.
     Affine(u32, affine::ScaleType),
+    /// MLX microscaled floats.
+    MlxFp(MlxFpMode),
 }
 
 impl std::fmt::Display for QFormat {
@@ -358,6 +368,7 @@ impl std::fmt::Display for QFormat {
         match self {
             QFormat::Ggml(t) => write!(f, "{t}"),
             QFormat::Affine(b, s) => write!(f, "affine{b} ({s:?} scales)"),
+            QFormat::MlxFp(m) => write!(f, "mlx-{m}"),
         }
     }
 }
@@ -371,6 +382,7 @@ fn format_of(dec: &RowDecoder<'_>, e: usize, n: usize) -> Result<Option<(QFormat
             let s = affine::ScaleType::of(scales);
             kind_of_affine(params).map(|k| (QFormat::Affine(params.bits, s), k))
         }
+        RawRow::MlxFp { mode, .. } => kind_of_mlxfp(mode).map(|k| (QFormat::MlxFp(mode), k)),
         _ => None,
     })
 }
@@ -378,7 +390,14 @@ fn format_of(dec: &RowDecoder<'_>, e: usize, n: usize) -> Result<Option<(QFormat
 /// The run of `R` activation rows for weights of format `f` at `level`
 /// (`None`: no kernel, or not for this architecture).
 fn run_at<const R: usize>(level: SimdLevel, f: QFormat) -> Option<Run<R>> {
+    use codebook::{Iq4Nl, Iq4Xs, MlxMxfp4, MlxNvfp4, Mxfp4};
     let t = match f {
+        QFormat::Ggml(GgmlType::IQ4_NL) => return codebook::run_for::<Iq4Nl, R>(level),
+        QFormat::Ggml(GgmlType::IQ4_XS) => return codebook::run_for::<Iq4Xs, R>(level),
+        QFormat::Ggml(GgmlType::MXFP4) => return codebook::run_for::<Mxfp4, R>(level),
+        QFormat::MlxFp(MlxFpMode::Mxfp4) => return codebook::run_for::<MlxMxfp4, R>(level),
+        QFormat::MlxFp(MlxFpMode::Nvfp4) => return codebook::run_for::<MlxNvfp4, R>(level),
+        QFormat::MlxFp(_) => return None,
         QFormat::Ggml(t) => t,
         QFormat::Affine(bits, s) => return affine::run_for::<R>(level, bits, s),
     };
@@ -491,7 +510,7 @@ pub fn qdot_rows(
         ));
     }
     let blocks = dec.cols() / kind.block;
-    scratch.resize(12 * blocks + 4 * n, 0.0);
+    scratch.resize(12 * blocks + 4 * n + 8, 0.0);
     for (ag, og) in acts.chunks(4).zip(out.chunks_mut(4 * n)) {
         let group: Group = match ag.len() {
             1 => run_group::<1>,

@@ -3,7 +3,7 @@
 
 use crate::error::{invalid, Result};
 use crate::format::ggml::GgmlType;
-use crate::format::{AffineParams, RawRow, RowDecoder};
+use crate::format::{AffineParams, MlxFpMode, RawRow, RowDecoder};
 
 /// How an activation row is quantized for one weight format.
 ///
@@ -96,6 +96,24 @@ const fn signed_codes(xsums: bool, auto: bool) -> QKind {
     }
 }
 
+/// The kind of the 4-bit codebook formats (IQ4_NL, IQ4_XS, MXFP4, MLX's
+/// mxfp4 and nvfp4: [`super::codebook`]): 32-value blocks stored
+/// interleaved as Q4_0's (halves: the first and last 16 values, or for
+/// MLX's LSB-first codes, `pairs`, the even and odd values), the table
+/// values offset by 128 at the VNNI levels (lane biases).
+const fn codebook(pairs: bool, auto: bool) -> QKind {
+    QKind {
+        block: 32,
+        offset: 128,
+        lane_bias: true,
+        interleave: true,
+        pairs,
+        xsums: false,
+        max_shift: 0,
+        auto,
+    }
+}
+
 /// The kind of the K-quants (256-value blocks) with lane shifts up to
 /// `max_shift`.
 const fn super_block(max_shift: u32) -> QKind {
@@ -134,7 +152,9 @@ pub fn kind_of(t: GgmlType) -> Option<QKind> {
         GgmlType::Q5_K => super_block(2),
         // Centred codes, |q| ≤ 32.
         GgmlType::Q6_K => super_block(2),
-        // Table-coded types (IQ*, MXFP4, ternary): f32 activations for now.
+        // 4-bit codes into a table of signed bytes.
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 => codebook(false, true),
+        // Grid and ternary types (IQ1–IQ3, TQ*): f32 activations for now.
         _ => return None,
     })
 }
@@ -167,11 +187,21 @@ pub fn kind_of_affine(p: AffineParams) -> Option<QKind> {
     }
 }
 
+/// The activation quantization of MLX microscaled weights of `mode`, if
+/// they have integer dot kernels (mxfp4 and nvfp4: 4-bit e2m1 codes).
+pub fn kind_of_mlxfp(mode: MlxFpMode) -> Option<QKind> {
+    match mode {
+        MlxFpMode::Mxfp4 | MlxFpMode::Nvfp4 => Some(codebook(true, true)),
+        MlxFpMode::Mxfp8 => None,
+    }
+}
+
 /// The activation quantization of the rows of `dec` (`None`: f32 only).
 pub fn kind_of_rows(dec: &RowDecoder<'_>) -> Option<QKind> {
     let kind = match dec.raw_row(0, 0).ok()? {
         RawRow::Ggml(t, _) => kind_of(t),
         RawRow::Affine { params, .. } => kind_of_affine(params),
+        RawRow::MlxFp { mode, .. } => kind_of_mlxfp(mode),
         _ => None,
     };
     kind.filter(|k| dec.cols() > 0 && dec.cols().is_multiple_of(k.block))
