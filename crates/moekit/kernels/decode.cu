@@ -121,6 +121,8 @@ __device__ __forceinline__ void trace_at(const DecodeParams& p, u32 slot) {
 #endif
 }
 __device__ __forceinline__ u32 block_id() { return blockIdx.y * gridDim.x + blockIdx.x; }
+// A per-block stamp at base + block (the first 1024 blocks: a phase's room).
+__device__ __forceinline__ u32 block_slot(u32 base) { return block_id() < 1024 ? base + block_id() : TRACE_WORDS; }
 
 // ---------------------------------------------------------------------------
 // Kernel boundaries. On sm_90 decode.rs starts gate/up and down as
@@ -402,7 +404,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
   const u32 nch = (H + FR::CHUNK - 1) / FR::CHUNK;
   const T* x = static_cast<const T*>(p.x);
   constexpr u32 STRIDE = 32 * ROUTE_ROW_WARPS;
-  trace_at(p, TR_ROUTE_START + blockIdx.x);
+  trace_at(p, (blockIdx.x < 256 ? TR_ROUTE_START + blockIdx.x : TRACE_WORDS));
   pdl_trigger();
   for (u32 t0 = 0; t0 < nt; t0 += DEC_TG) {
     float acc[DEC_TG];
@@ -426,7 +428,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
         }
       }
     }
-    if (t0 == 0) trace_at(p, TR_ROUTE_LOADED + blockIdx.x);
+    if (t0 == 0) trace_at(p, (blockIdx.x < 256 ? TR_ROUTE_LOADED + blockIdx.x : TRACE_WORDS));
 #pragma unroll
     for (int i = 0; i < DEC_TG; ++i) {
       const float s = warp_sum(acc[i]);
@@ -444,7 +446,7 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
     }
     __syncthreads();
   }
-  trace_at(p, TR_ROUTE_DOTS + blockIdx.x);
+  trace_at(p, (blockIdx.x < 256 ? TR_ROUTE_DOTS + blockIdx.x : TRACE_WORDS));
   if (p.fold_route) return;  // the gate/up blocks route (decode_gate_up_mma)
   // Last block to finish routes every token.
   if (!last_arrival(p.ticket, gridDim.x, &s_last)) return;
@@ -460,10 +462,10 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
 // expert of grid row blockIdx.y — active expert y, or (y = max_active) the
 // shared expert; false when the row has none this call.
 __device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& shared, u32& e) {
-  trace_at(p, TR_GU + block_id());
+  trace_at(p, block_slot(TR_GU));
   pdl_trigger();
   pdl_wait();
-  trace_at(p, TR_GU + 1024 + block_id());
+  trace_at(p, block_slot(TR_GU + 1024));
   shared = blockIdx.y == p.max_active;
   // Both words at once (one round trip): active[y] is in bounds (y <
   // max_active ≤ E) and ignored when y ≥ n_active.
@@ -563,10 +565,10 @@ __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, 
     }
     return true;
   }
-  trace_at(p, TR_GU + block_id());
+  trace_at(p, block_slot(TR_GU));
   pdl_trigger();
   pdl_wait();
-  trace_at(p, TR_GU + 1024 + block_id());
+  trace_at(p, block_slot(TR_GU + 1024));
   w.shared = blockIdx.y == p.max_active;
   w.e = 0;
   w.n_tok = 0;
@@ -707,13 +709,13 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
     const u32 g = lane >> 2;
     if (cnt <= 8) {
       const T* xr[1] = {g < cnt ? x + (u64)tok(g) * H : nullptr};
-      mma_group<F, T, 2, 1>(p, TR_GU + 3072 + block_id(), mw, rows, xr, n_spans, red, emit);
+      mma_group<F, T, 2, 1>(p, block_slot(TR_GU + 3072), mw, rows, xr, n_spans, red, emit);
     } else {
       const T* xr[2] = {x + (u64)tok(g) * H, g + 8 < cnt ? x + (u64)tok(g + 8) * H : nullptr};
-      mma_group<F, T, 2, 2>(p, TR_GU + 3072 + block_id(), mw, rows, xr, n_spans, red, emit);
+      mma_group<F, T, 2, 2>(p, block_slot(TR_GU + 3072), mw, rows, xr, n_spans, red, emit);
     }
   }
-  trace_at(p, TR_GU + 2048 + block_id());
+  trace_at(p, block_slot(TR_GU + 2048));
 }
 
 // Blocks an SM that decode_down_mma's registers allow: 4 (64 registers)
@@ -734,10 +736,10 @@ template <typename F, typename T>
 __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_down_mma(const __grid_constant__ DecodeParams p) {
   __shared__ __align__(16) float red[MMA_RED];
   __shared__ u32 s_last;
-  trace_at(p, TR_DOWN + block_id());
+  trace_at(p, block_slot(TR_DOWN));
   pdl_trigger();
   pdl_wait();  // gate/up's act rows (and, through it, the routing)
-  trace_at(p, TR_DOWN + 1024 + block_id());
+  trace_at(p, block_slot(TR_DOWN + 1024));
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, H = p.hidden, k = p.top_k;
   const u32 n_slots = nt * k;
   const bool has_shared = p.sd.data != nullptr;
@@ -768,13 +770,13 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_d
     const u32 g = lane >> 2;
     if (cnt <= 8) {
       const T* xr[1] = {g < cnt ? act + (u64)slot(g) * p.act_stride : nullptr};
-      mma_group<F, T, 1, 1>(p, TR_DOWN + 4096 + block_id(), mw, rows, xr, n_spans, red, emit);
+      mma_group<F, T, 1, 1>(p, block_slot(TR_DOWN + 4096), mw, rows, xr, n_spans, red, emit);
     } else {
       const T* xr[2] = {act + (u64)slot(g) * p.act_stride, g + 8 < cnt ? act + (u64)slot(g + 8) * p.act_stride : nullptr};
-      mma_group<F, T, 1, 2>(p, TR_DOWN + 4096 + block_id(), mw, rows, xr, n_spans, red, emit);
+      mma_group<F, T, 1, 2>(p, block_slot(TR_DOWN + 4096), mw, rows, xr, n_spans, red, emit);
     }
   }
-  trace_at(p, TR_DOWN + 2048 + block_id());
+  trace_at(p, block_slot(TR_DOWN + 2048));
   // The tile's last block combines (the other blocks' y rows are visible).
   if (!last_arrival(p.tile_tickets + blockIdx.x, n_active + (has_shared ? 1u : 0u), &s_last)) return;
   const u32 nr = min(tile_rows, H - row_base);
@@ -784,7 +786,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_d
     out[(u64)t * H + h] = combine_token<T>(p, t, [&](u32 s) { return __ldcg(p.y + (u64)s * H + h); });
   }
   if (threadIdx.x == 0) p.tile_tickets[blockIdx.x] = 0;  // ready for the next launch (graph replay)
-  trace_at(p, TR_DOWN + 3072 + block_id());
+  trace_at(p, block_slot(TR_DOWN + 3072));
 }
 
 }  // namespace moekit

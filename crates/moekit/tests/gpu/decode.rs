@@ -231,12 +231,17 @@ fn decode_keeps_mixed_format_layers() {
                 assert!(e <= 1e-3, "{g}+{d} T={t} {dt}: NMSE {e:e}");
             }
         }
-        let x = random(&[2, s.h], DType::F32, 1).to_device(gpu()).unwrap();
-        let err = dev
-            .forward_with(Backend::Cuda, MoePath::Decode, &x)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("differ in format"), "{g}+{d}: {err}");
+        let x = random(&[2, s.h], DType::F32, 1);
+        let r = dev.forward_with(Backend::Cuda, MoePath::Decode, &x.to_device(gpu()).unwrap());
+        if g.starts_with("fp8") && d.starts_with("fp8") {
+            // FP8 blocks of 128 and 32 columns are one CUDA-core decoder
+            // (the block is a runtime group shift): the pair runs there.
+            let e = nmse(&host_f32(&r.unwrap().out), &cpu_forward(&cpu, &x));
+            assert!(e <= 1e-9, "{g}+{d} f32: NMSE {e:e}");
+        } else {
+            let err = r.unwrap_err().to_string();
+            assert!(err.contains("differ in format"), "{g}+{d}: {err}");
+        }
     }
 }
 
