@@ -178,13 +178,18 @@ impl Codebook for Mxfp4 {
     fn qs_at(b: usize) -> usize {
         17 * b + 1
     }
+    /// `2^(e − 128)` (ggml's half e8m0, exact), from a table.
     #[inline(always)]
     fn scales8(row: CbRow<'_>, g0: usize) -> [f32; 8] {
-        std::array::from_fn(|i| {
-            row.sc
-                .get(17 * (g0 + i))
-                .map_or(0.0, |&e| e8m0_to_f32_half(e))
-        })
+        let t: &[f32; 256] = &E8M0_HALF_GGML;
+        match row.sc.get(17 * g0..17 * g0 + 17 * 7 + 1) {
+            Some(b) => std::array::from_fn(|i| t[usize::from(b[17 * i])]),
+            None => std::array::from_fn(|i| {
+                row.sc
+                    .get(17 * (g0 + i))
+                    .map_or(0.0, |&e| t[usize::from(e)])
+            }),
+        }
     }
 }
 
@@ -249,10 +254,10 @@ impl Codebook for MlxMxfp4 {
     fn qs_at(b: usize) -> usize {
         16 * b
     }
-    /// `2^(e − 127)/2` (exact; e = 255: ∞).
+    /// `2^(e − 127)/2` (exact; e = 255: ∞), from a table.
     #[inline(always)]
     fn scales8(row: CbRow<'_>, g0: usize) -> [f32; 8] {
-        std::array::from_fn(|i| row.sc.get(g0 + i).map_or(0.0, |&e| e8m0_to_f32(e) * 0.5))
+        table8(row.sc, g0, &E8M0_HALF_MLX)
     }
 }
 
@@ -280,18 +285,31 @@ impl Codebook for MlxNvfp4 {
     /// The e4m3 value halved (exact), from a table.
     #[inline(always)]
     fn scales8(row: CbRow<'_>, g0: usize) -> [f32; 8] {
-        let t = &*E4M3_HALF;
-        std::array::from_fn(|i| {
-            row.sc
-                .get(g0 + i)
-                .map_or(0.0, |&s| t.get(usize::from(s)).copied().unwrap_or(0.0))
-        })
+        table8(row.sc, g0, &E4M3_HALF)
     }
 }
 
+/// A value of every byte.
+type Table = std::sync::LazyLock<[f32; 256]>;
+
 /// Half the e4m3 value of every byte (exact; NaN for 0x7F, 0xFF).
-static E4M3_HALF: std::sync::LazyLock<[f32; 256]> =
-    std::sync::LazyLock::new(|| std::array::from_fn(|b| e4m3_to_f32(b as u8) * 0.5));
+static E4M3_HALF: Table = Table::new(|| std::array::from_fn(|b| e4m3_to_f32(b as u8) * 0.5));
+
+/// Half MLX's e8m0 value of every byte (exact; 255: ∞).
+static E8M0_HALF_MLX: Table = Table::new(|| std::array::from_fn(|b| e8m0_to_f32(b as u8) * 0.5));
+
+/// ggml's half e8m0 value of every byte (exact; 255: 2^127).
+static E8M0_HALF_GGML: Table = Table::new(|| std::array::from_fn(|b| e8m0_to_f32_half(b as u8)));
+
+/// `t[sc[g0 + i]]` for `i < 8` (zeros past the end of `sc`).
+#[inline(always)]
+fn table8(sc: &[u8], g0: usize, t: &Table) -> [f32; 8] {
+    let t: &[f32; 256] = t;
+    match sc.get(g0..g0 + 8) {
+        Some(b) => std::array::from_fn(|i| t[usize::from(b[i])]),
+        None => std::array::from_fn(|i| sc.get(g0 + i).map_or(0.0, |&e| t[usize::from(e)])),
+    }
+}
 
 /// The run of `R` activation rows for weights of codebook format `B` at
 /// `level`.
@@ -395,23 +413,26 @@ pub(super) fn drive<B: Codebook, const R: usize>(
         return Err(invalid(OP, "dec", "rows of whole blocks", "a partial row"));
     }
     let (st, rest) = scratch.split_at_mut_checked(R * ng).ok_or_else(bad)?;
-    let ws = rest.get_mut(..ng.div_ceil(8) * 8).ok_or_else(bad)?;
+    let (ws, rest) = rest
+        .split_at_mut_checked(ng.div_ceil(8) * 8)
+        .ok_or_else(bad)?;
+    // Each group's activation block scale (`GROUPS` = 2: each twice).
+    let dg = rest.get_mut(..R * ng).ok_or_else(bad)?;
+    for (dg, d) in dg.chunks_exact_mut(ng).zip(rows.d) {
+        for (g, d) in dg.chunks_exact_mut(B::GROUPS).zip(d) {
+            g.fill(*d);
+        }
+    }
+    let dg: &[f32] = dg;
     let rows_of = qs.chunks_exact(qlen).zip(sc.chunks_exact(slen));
     for (i, (q, s)) in rows_of.enumerate() {
         let row = CbRow { qs: q, sc: s };
         for (c, w8) in ws.chunks_exact_mut(8).enumerate() {
             w8.copy_from_slice(&scales8(row, 8 * c));
         }
-        for (st, d) in st.chunks_exact_mut(ng).zip(rows.d) {
-            if B::GROUPS == 1 {
-                for ((o, &w), &d) in st.iter_mut().zip(&*ws).zip(d) {
-                    *o = w * d;
-                }
-            } else {
-                for ((o, w), &d) in st.chunks_exact_mut(2).zip(ws.chunks_exact(2)).zip(d) {
-                    o[0] = w[0] * d;
-                    o[1] = w[1] * d;
-                }
+        for (st, d) in st.chunks_exact_mut(ng).zip(dg.chunks_exact(ng)) {
+            for ((o, &w), &d) in st.iter_mut().zip(&*ws).zip(d) {
+                *o = w * d;
             }
         }
         let accs = body(row, st, &rows, nb).ok_or_else(bad)?;

@@ -510,7 +510,8 @@ pub fn qdot_rows(
         ));
     }
     let blocks = dec.cols() / kind.block;
-    scratch.resize(12 * blocks + 4 * n + 8, 0.0);
+    // (The codebook formats: 2·4·2 + 2 per block, and 8.)
+    scratch.resize(18 * blocks + 4 * n + 8, 0.0);
     for (ag, og) in acts.chunks(4).zip(out.chunks_mut(4 * n)) {
         let group: Group = match ag.len() {
             1 => run_group::<1>,
