@@ -52,9 +52,21 @@ pub(super) fn run_for<B: Codebook, const R: usize>(level: SimdLevel) -> Option<R
     match level {
         SimdLevel::Avx2 => Some(run_ymm::<B, Avx2, R>),
         SimdLevel::AvxVnni => Some(run_ymm::<B, AvxVnni, R>),
-        SimdLevel::Avx512Vnni => Some(run_zmm::<B, R>),
+        // The 512-bit kernel has not yet run on AVX-512 hardware (this
+        // session's machines had AVX2 only): until it is checked there bit
+        // for bit (`MOEKIT_CPU_CODEBOOK_ZMM=1 cargo test --test
+        // cpu_qdot_codebook`), AVX-512 hosts run the 256-bit kernel in its
+        // EVEX forms (the `Avx512Vnni` dot the other block formats use).
+        SimdLevel::Avx512Vnni if zmm_opt_in() => Some(run_zmm::<B, R>),
+        SimdLevel::Avx512Vnni => Some(run_ymm::<B, Avx512Vnni, R>),
         _ => None,
     }
+}
+
+/// Whether `MOEKIT_CPU_CODEBOOK_ZMM=1` asks for the 512-bit kernel (read once).
+fn zmm_opt_in() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MOEKIT_CPU_CODEBOOK_ZMM").is_ok_and(|v| v == "1"))
 }
 
 /// The weight scales of groups `g0..g0 + 8`: F16C for the f16 scales of
