@@ -276,6 +276,11 @@ struct SortOut {
 // ids. `publish`: also write the routing (ids, weights, shared factors) to
 // global memory. Every thread of the block calls it; the caller syncs
 // before reading the sort's arrays.
+// BLOCK_ONLY (the gate/up blocks' own routing, whose launches the host
+// makes only for T ≤ route_block and E ≤ kBlockKeys): the block team alone
+// is compiled — the routing code is the costliest part of a module to
+// compile, and every expert-format instance of decode_gate_up_mma holds it.
+template <bool BLOCK_ONLY = false>
 __device__ void route_and_sort(const DecodeParams& p, float* buf, route::BlockScratch* s_route, const SortOut& o,
                                bool publish) {
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -283,7 +288,7 @@ __device__ void route_and_sort(const DecodeParams& p, float* buf, route::BlockSc
   const u32 n = nt * k;
   u32* ids_s = reinterpret_cast<u32*>(buf + max(p.route_warps * 3 * E, E + 1));
   auto route_all = [&]() {
-    if (nt <= p.route_block && E <= route::kBlockKeys) {
+    if (BLOCK_ONLY || (nt <= p.route_block && E <= route::kBlockKeys)) {
       // Few tokens: each routed by the whole block in turn (the first warp's buffers).
       const route::Block w{lane, E, k, buf, buf + E, buf + 2 * E, s_route};
       for (u32 t = 0; t < nt; ++t) route_token(p, t, w, ids_s, publish);
@@ -574,6 +579,11 @@ __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, 
   w.n_tok = 0;
   w.slots = s_tok;
   if (w.shared) return p.sg.data != nullptr;
+  if (p.n_tokens > p.route_block || p.n_tokens > FOLD_MAX_T || p.n_experts > route::kBlockKeys) {
+    // Not a launch the host makes (decode.rs `folds`): nothing computed.
+    if (threadIdx.x == 0) report(p.err, ERR_CONFIG);
+    return false;
+  }
   // Shared memory (in `red`, free until the products): the routing buffers
   // and ids, then the sort's arrays.
   const u32 E = p.n_experts, n = p.n_tokens * p.top_k;
@@ -582,7 +592,7 @@ __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, 
   const bool publish = blockIdx.x == 0 && blockIdx.y == 0;
   const SortOut o{sorted, sorted + E + 1, sorted + 2 * E + 1, sorted + 2 * E + 2};
   __shared__ route::BlockScratch s_route;
-  route_and_sort(p, buf, &s_route, o, publish);
+  route_and_sort<true>(p, buf, &s_route, o, publish);
   __syncthreads();  // the sort's arrays
   if (publish) {
     // The routing for the down step and the caller (the sort's arrays as
