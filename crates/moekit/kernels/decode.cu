@@ -1,11 +1,13 @@
 // decode.cu — the MoE block for few tokens (decode, T ≤ 64) in three
-// launches, with no host round trip (capturable in a CUDA graph):
+// or four launches, with no host round trip (capturable in a CUDA graph):
 //
-//   1. decode_route     router matvec, one warp per router row (plus the
-//                       shared-expert gate row); the last block to finish
-//                       (a ticket counter) routes the tokens, a warp each,
-//                       then builds the expert-sorted slot list and the list
-//                       of active experts.
+//   1. decode_route     router matvec, four warps per router row (plus the
+//                       shared-expert gate row) → logits; then the routing
+//                       step (decode_routing.cuh) routes the tokens and
+//                       builds the expert-sorted slot list and the list of
+//                       active experts: one block of decode_route_tail
+//                       (decode_tail.cu: compiled once, not per format), or
+//                       at T = 1 (fold_route) every gate/up block itself.
 //   2. gate/up          block (16-row tile, active expert) → act[slot, n] =
 //                       silu(g)·u for every token that chose the expert (the
 //                       shared expert is one more grid row over all tokens).
@@ -28,139 +30,13 @@
 // general path stores them in it, so both paths agree to rounding.
 #include "moekit/dequant.cuh"
 #include "moekit/pipe.cuh"
-#include "moekit/route.cuh"
 #include "moekit/decode_mma.cuh"
+#include "moekit/decode_routing.cuh"
 
 namespace moekit {
 
-// A [E, rows, K] weight tensor of the kernel's format (data null = absent).
-struct DecodeW {
-  const u8* data;
-  const u8* scales;
-  const u8* biases;
-  u32 rows, row_offset, k, group_shift;
-};
-static_assert(sizeof(DecodeW) == 40, "DecodeW layout");
-
-// The routing rule, chosen per call (the routing step is a sliver of the
-// block's time, so it is not worth a template instance per rule).
-enum DecodeRule : u32 {
-  RULE_SOFTMAX_TOPK = 0,
-  RULE_TOPK_SOFTMAX = 1,
-  RULE_GEMMA4 = 2,
-  RULE_GROUPED_SOFTMAX = 3,
-  RULE_GROUPED_SIGMOID = 4,
-  RULE_KIND = 0xffu,                // the rule: the low byte of DecodeParams::rule
-  RULE_DROPPED_NEG_INF = 0x100u,    // flag: Grouped's dropped groups get key -inf (else 0)
-};
-
-struct DecodeParams {
-  const void* x;         // [T, H] of T
-  void* out;             // [T, H] of T
-  float* logits;         // [T, E + 1] scratch; column E is the shared-gate logit
-  u32* ids;              // [T, k]
-  float* weights;        // [T, k]
-  float* shared_factor;  // [T] shared-expert factor (sigmoid or 1)
-  u32* ticket;           // [1], zero between launches (the last block resets it)
-  u32* active;           // [E] active experts, ascending
-  u32* n_active;         // [1]
-  u32* offsets;          // [E + 1] of the expert-sorted slots
-  u32* slots;            // [T·k] slots t·k + j in expert order
-  void* act;             // [T·k + T, act_stride] routed slots, then shared rows
-                         // (f32 on CUDA cores, T on tensor cores)
-  const float* rvec;     // [E] Gemma-4 scale or grouped bias, or null
-  u32* err;
-  float* y;              // [T·k + T, H] down outputs per slot (tensor-core path)
-  u32* tile_tickets;     // [⌈H / 16⌉], zero between launches (tensor-core down)
-  DecodeW router, sgate;  // format FR: [1, E, H], [1, 1, H]
-  DecodeW gate_w, up_w, down_w; // format F: [E, I, H] ×2, [E, H, I]
-  DecodeW sg, su, sd;     // format F: shared expert [1, Is, H] ×2, [1, H, Is]
-  u32 n_tokens, hidden, n_experts, top_k;
-  u32 n_group, topk_group, norm_topk_prob, rule;
-  float rsf;
-  u32 act_stride, max_active;
-  u32 route_warps;  // warps that route in decode_route's last block
-  u32 gu_rows;      // rows of gate/up per decode_gate_up block
-  u32 down_rows;    // output rows per decode_down block
-  u32 down_room;    // bytes of one decode_down ring buffer
-  u32 gu_split;     // warps splitting K in a decode_gate_up_mma block (1, 2, 4 or 8)
-  u32 down_split;   // the same for decode_down_mma
-  u32 route_block;  // T up to which decode_route's last block routes each token with all its threads
-  u32 fold_route;   // 1: decode_route only writes logits; every decode_gate_up_mma block routes (FOLD_MAX_T)
-  u32 trace_twice;   // MOEKIT_TRACE builds: 1 routes every token twice (the second pass on warm code)
-  u64* trace;       // MOEKIT_TRACE builds: TRACE_WORDS globaltimer stamps (else unused, may be null)
-};
-static_assert(sizeof(DecodeParams) == 536, "DecodeParams layout");
-
-// ---------------------------------------------------------------------------
-// Timeline stamps (a diagnostic build: NVRTC option -DMOEKIT_TRACE, set by
-// the host when the MOEKIT_TRACE environment variable is). Thread 0 of a
-// block writes %globaltimer (ns) into its slot of p.trace: the layout is
-// decode.rs `trace_summary`'s. Other builds compile no stamps.
-enum TraceSlot : u32 {
-  TR_ROUTE_START = 0,      // + route block
-  TR_ROUTE_LOADED = 256,   // + route block: its dots done (router rows and x loaded)
-  TR_ROUTE_DOTS = 512,     // + route block: its router rows written
-  TR_TAIL_TICKET = 1024,   // the last route block past its ticket
-  TR_TAIL_ROUTED = 1025,   // ... every token routed
-  TR_TAIL_END = 1026,      // ... sort written
-  TR_TAIL_FIRST = 1027,    // ... (trace_twice = 1: tokens routed twice) the first pass done
-  TR_GU = 2048,            // gate/up: + block (start), + 1024 + block (expert known),
-                           //   + 2048 + block (end), + 3072 + block (products, before the reduction)
-  TR_DOWN = 6144,          // down: + block (start), + 1024 (expert known), + 2048 (products stored),
-                           //   + 3072 (end), + 4096 (products, before the reduction)
-  TRACE_WORDS = 11264,
-};
-__device__ __forceinline__ void trace_at(const DecodeParams& p, u32 slot) {
-#ifdef MOEKIT_TRACE
-  if (threadIdx.x == 0 && p.trace != nullptr && slot < TRACE_WORDS) {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    p.trace[slot] = t;
-  }
-#endif
-}
-__device__ __forceinline__ u32 block_id() { return blockIdx.y * gridDim.x + blockIdx.x; }
-// A per-block stamp at base + block (the first 1024 blocks: a phase's room).
-__device__ __forceinline__ u32 block_slot(u32 base) { return block_id() < 1024 ? base + block_id() : TRACE_WORDS; }
-
-// ---------------------------------------------------------------------------
-// Kernel boundaries. On sm_90 decode.rs starts gate/up and down as
-// programmatic dependent launches: each kernel lets the next one launch as
-// soon as all of its own blocks have started (pdl_trigger), and a kernel
-// waits for the previous one to complete, its memory visible
-// (pdl_wait = griddepcontrol.wait), before it touches anything an earlier
-// kernel wrote — so launch latency and block scheduling overlap the
-// previous kernel's tail. Launched in plain stream order, both are no-ops.
-__device__ __forceinline__ void pdl_trigger() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Arrival of one block at a ticket word: true for the last of `count`
-// blocks. After the block's barrier, one release-acquire atomic orders
-// every thread's earlier writes before the ticket (bar.sync + cumulativity)
-// and, for the last block, the other blocks' writes before the reads that
-// follow its next barrier — no per-thread fence.
-__device__ __forceinline__ bool last_arrival(u32* ticket, u32 count, u32* s_flag) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    u32 old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(ticket) : "memory");
-    *s_flag = old == count - 1;
-  }
-  __syncthreads();
-  return *s_flag != 0;
-}
-
 constexpr int DEC_WARPS = 8;    // warps per block of decode_gate_up and decode_down
-constexpr u32 ROUTE_WARPS = 8;  // warps per decode_route block: router rows, then a token each
+constexpr u32 ROUTE_WARPS = 8;  // warps per decode_route block (ROUTE_ROW_WARPS a router row)
 constexpr int DEC_TG = 4;      // tokens per register group
 // Lanes that share one row's dot (a warp works on DEC_GROUPS rows at once).
 constexpr u32 DEC_GL = 8, DEC_GROUPS = 32 / DEC_GL;
@@ -220,169 +96,6 @@ __device__ __forceinline__ QRow row_of(const DecodeW& w, u64 expert, u32 n) {
   return make_row<F>(w.data, w.scales, w.biases, expert * w.rows + w.row_offset + n, w.k, w.group_shift);
 }
 
-// Routes token t with a team — a warp or the block (route.cuh's rules, the
-// CPU's arithmetic); the ids also go to `ids_s` (shared memory) for the sort.
-template <class W>
-__device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s, bool publish) {
-  RouteParams rp;
-  rp.logits = nullptr;
-  rp.ids = p.ids;
-  rp.weights = p.weights;
-  rp.vec = p.rvec;
-  rp.n_tokens = p.n_tokens;
-  rp.n_experts = p.n_experts;
-  rp.top_k = p.top_k;
-  rp.n_group = p.n_group;
-  rp.topk_group = p.topk_group;
-  rp.norm_topk_prob = p.norm_topk_prob;
-  rp.routed_scaling_factor = p.rsf;
-  rp.dropped_neg_inf = (p.rule & RULE_DROPPED_NEG_INF) ? 1u : 0u;
-  const float* row = p.logits + (u64)t * (p.n_experts + 1);
-  for (u32 e = w.tid(); e < w.n; e += w.size()) w.a[e] = row[e];
-  w.sync();
-  u32 id = route::kNone;
-  float wt = 0.f;
-  switch (p.rule & RULE_KIND) {
-    case RULE_SOFTMAX_TOPK: route::SoftmaxTopK::run(rp, w, id, wt); break;
-    case RULE_TOPK_SOFTMAX: route::TopKSoftmax::run(rp, w, id, wt); break;
-    case RULE_GEMMA4: route::Gemma4::run(rp, w, id, wt); break;
-    case RULE_GROUPED_SOFTMAX: route::Grouped<route::SoftmaxScores>::run(rp, w, id, wt); break;
-    default: route::Grouped<route::SigmoidScores>::run(rp, w, id, wt); break;
-  }
-  if (w.tid() < w.k) {
-    if (publish) {
-      p.ids[(u64)t * w.k + w.tid()] = id;
-      p.weights[(u64)t * w.k + w.tid()] = wt;
-    }
-    ids_s[t * w.k + w.tid()] = id;
-  }
-  w.sync();
-}
-
-// Where the expert sort writes: the global routing arrays, or a block's own
-// copies in shared memory.
-struct SortOut {
-  u32* offsets;   // [E + 1]
-  u32* active;    // [E]
-  u32* n_active;  // [1]
-  u32* slots;     // [T·k]
-};
-
-// Routes every token (each by the whole block for T ≤ route_block and E ≤
-// kBlockKeys, else a warp each), then sorts the T·k slots by expert
-// (stable) and lists the active experts ascending, into `o`: decode_route's
-// routing tail, or (fold_route) the prologue of a decode_gate_up_mma block.
-// `buf`: max(route_warps · 3 · E, E + 1) floats of shared memory, then T·k
-// ids. `publish`: also write the routing (ids, weights, shared factors) to
-// global memory. Every thread of the block calls it; the caller syncs
-// before reading the sort's arrays.
-// BLOCK_ONLY (the gate/up blocks' own routing, whose launches the host
-// makes only for T ≤ route_block and E ≤ kBlockKeys): the block team alone
-// is compiled — the routing code is the costliest part of a module to
-// compile, and every expert-format instance of decode_gate_up_mma holds it.
-template <bool BLOCK_ONLY = false>
-__device__ void route_and_sort(const DecodeParams& p, float* buf, route::BlockScratch* s_route, const SortOut& o,
-                               bool publish) {
-  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  const u32 E = p.n_experts, nt = p.n_tokens, k = p.top_k;
-  const u32 n = nt * k;
-  u32* ids_s = reinterpret_cast<u32*>(buf + max(p.route_warps * 3 * E, E + 1));
-  auto route_all = [&]() {
-    if (BLOCK_ONLY || (nt <= p.route_block && E <= route::kBlockKeys)) {
-      // Few tokens: each routed by the whole block in turn (the first warp's buffers).
-      const route::Block w{lane, E, k, buf, buf + E, buf + 2 * E, s_route};
-      for (u32 t = 0; t < nt; ++t) route_token(p, t, w, ids_s, publish);
-    } else if (warp < p.route_warps) {
-      float* a = buf + (u64)warp * 3 * E;
-      const route::Warp w{lane, E, k, a, a + E, a + 2 * E};
-      for (u32 t = warp; t < nt; t += p.route_warps) route_token(p, t, w, ids_s, publish);
-    }
-  };
-#ifdef MOEKIT_TRACE
-  // Diagnostic (trace_twice = 1): route twice, the second pass on warm code.
-  if (p.trace_twice == 1) {
-    route_all();
-    __syncthreads();
-    if (publish) trace_at(p, TR_TAIL_FIRST);
-  }
-#endif
-  route_all();
-  if (publish) trace_at(p, TR_TAIL_ROUTED);
-  for (u32 t = threadIdx.x; publish && t < nt; t += blockDim.x) {
-    const float g = p.logits[(u64)t * (E + 1) + E];
-    p.shared_factor[t] = p.sgate.data ? 1.f / (1.f + expf(-g)) : 1.f;
-  }
-  __syncthreads();
-  if (nt == 1) {
-    // One token: its k experts (distinct) are the active list, ascending;
-    // an expert's offset is the number of chosen experts below it, and slot
-    // j goes to its expert's place — what the counting sort gives, without
-    // its passes over E.
-    for (u32 e = threadIdx.x; e <= E; e += blockDim.x) {
-      u32 c = 0;
-      for (u32 j = 0; j < k; ++j) c += ids_s[j] < e ? 1u : 0u;
-      o.offsets[e] = c;
-    }
-    if (threadIdx.x < k) {
-      const u32 id = ids_s[threadIdx.x];
-      u32 r = 0;
-      for (u32 j = 0; j < k; ++j) r += ids_s[j] < id ? 1u : 0u;
-      o.active[r] = id;
-      o.slots[r] = threadIdx.x;
-    }
-    if (threadIdx.x == 0) *o.n_active = k;
-    return;
-  }
-  // Counting sort of the T·k slots by expert (stable) and the active list,
-  // in shared memory (the routing buffers are free again).
-  u32* cnt = reinterpret_cast<u32*>(buf);
-  for (u32 e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
-  __syncthreads();
-  for (u32 s = threadIdx.x; s < n; s += blockDim.x) atomicAdd(&cnt[ids_s[s]], 1u);
-  __syncthreads();
-  if (warp == 0) {
-    u32 base = 0, act_base = 0;
-    for (u32 e0 = 0; e0 < E; e0 += 32) {
-      const u32 e = e0 + lane;
-      const u32 c = e < E ? cnt[e] : 0;
-      u32 inc = c, flag = c > 0 ? 1u : 0u;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const u32 a = __shfl_up_sync(0xffffffffu, inc, d);
-        const u32 b = __shfl_up_sync(0xffffffffu, flag, d);
-        if (lane >= (u32)d) {
-          inc += a;
-          flag += b;
-        }
-      }
-      if (e < E) {
-        o.offsets[e] = base + inc - c;
-        cnt[e] = base + inc - c;  // the expert's cursor
-        if (c > 0) o.active[act_base + flag - 1] = e;
-      }
-      base += __shfl_sync(0xffffffffu, inc, 31);
-      act_base += __shfl_sync(0xffffffffu, flag, 31);
-    }
-    if (lane == 0) {
-      o.offsets[E] = base;
-      *o.n_active = act_base;
-    }
-    __syncwarp();
-    // Stable placement, 32 slots at a time: a slot's place is its expert's
-    // cursor plus the earlier lanes with the same expert; the last of those
-    // lanes then advances the cursor.
-    for (u32 s0 = 0; s0 < n; s0 += 32) {
-      const u32 s = s0 + lane;
-      const u32 e = s < n ? ids_s[s] : 0xffffffffu;
-      const u32 peers = __match_any_sync(0xffffffffu, e);
-      if (s < n) o.slots[cnt[e] + __popc(peers & ((1u << lane) - 1u))] = s;
-      __syncwarp();
-      if (s < n && (peers >> lane) == 1u) cnt[e] += __popc(peers);
-      __syncwarp();
-    }
-  }
-}
-
 constexpr u32 ROUTE_ROW_WARPS = 4;  // warps splitting one router row
 constexpr u32 ROUTE_ROWS = ROUTE_WARPS / ROUTE_ROW_WARPS;
 constexpr u32 ROUTE_HELD = 8;  // chunks a lane holds in registers at once
@@ -392,12 +105,10 @@ constexpr u32 ROUTE_HELD = 8;  // chunks a lane holds in registers at once
 // token: lane l of part q takes chunks (32q + l) + 128j, loading up to
 // ROUTE_HELD of them at once (one memory round trip for H ≤ 4096 f32), then
 // dots them with each token; the parts' butterfly sums are added in part
-// order (a fixed order). Dynamic shared memory: max(route_warps · 3 · E,
-// E + 1) floats (routing buffers, then the sort's counters), then T·k ids.
+// order (a fixed order). The routing step follows: decode_route_tail
+// (decode_tail.cu), or with fold_route the gate/up blocks.
 template <typename FR, typename T>
 __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_constant__ DecodeParams p) {
-  extern __shared__ float dec_smem[];
-  __shared__ u32 s_last;
   __shared__ float part[ROUTE_WARPS][DEC_TG];
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const u32 E = p.n_experts, nt = p.n_tokens, H = p.hidden, k = p.top_k;
@@ -452,25 +163,21 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
     __syncthreads();
   }
   trace_at(p, (blockIdx.x < 256 ? TR_ROUTE_DOTS + blockIdx.x : TRACE_WORDS));
-  if (p.fold_route) return;  // the gate/up blocks route (decode_gate_up_mma)
-  // Last block to finish routes every token.
-  if (!last_arrival(p.ticket, gridDim.x, &s_last)) return;
-  trace_at(p, TR_TAIL_TICKET);
-  __shared__ route::BlockScratch s_route;
-  route_and_sort(p, dec_smem, &s_route, SortOut{p.offsets, p.active, p.n_active, p.slots}, true);
-  if (threadIdx.x == 0) *p.ticket = 0;  // ready for the next launch (graph replay)
-  trace_at(p, TR_TAIL_END);
 }
 
 
-// The start of a gate/up block: waits for the routing step, then finds the
-// expert of grid row blockIdx.y — active expert y, or (y = max_active) the
-// shared expert; false when the row has none this call.
-__device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& shared, u32& e) {
+// A gate/up block's wait for the step before it (stamped in trace builds).
+__device__ __forceinline__ void gate_up_wait(const DecodeParams& p) {
   trace_at(p, block_slot(TR_GU));
   pdl_trigger();
   pdl_wait();
   trace_at(p, block_slot(TR_GU + 1024));
+}
+// The start of a gate/up block: waits for the routing step, then finds the
+// expert of grid row blockIdx.y — active expert y, or (y = max_active) the
+// shared expert; false when the row has none this call.
+__device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& shared, u32& e) {
+  gate_up_wait(p);
   shared = blockIdx.y == p.max_active;
   // Both words at once (one round trip): active[y] is in bounds (y <
   // max_active ≤ E) and ignored when y ≥ n_active.
@@ -570,10 +277,7 @@ __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, 
     }
     return true;
   }
-  trace_at(p, block_slot(TR_GU));
-  pdl_trigger();
-  pdl_wait();
-  trace_at(p, block_slot(TR_GU + 1024));
+  gate_up_wait(p);
   w.shared = blockIdx.y == p.max_active;
   w.e = 0;
   w.n_tok = 0;
@@ -596,7 +300,7 @@ __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, 
   __syncthreads();  // the sort's arrays
   if (publish) {
     // The routing for the down step and the caller (the sort's arrays as
-    // the routing tail writes them).
+    // decode_route_tail writes them).
     for (u32 i = threadIdx.x; i <= E; i += blockDim.x) p.offsets[i] = o.offsets[i];
     for (u32 i = threadIdx.x; i < *o.n_active; i += blockDim.x) p.active[i] = o.active[i];
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) p.slots[i] = o.slots[i];

@@ -54,6 +54,8 @@ pub static HEADERS: &[Source] = &[
     header!("mma.cuh"),
     header!("decode_mma.cuh"),
     header!("decode_f32.cuh"),
+    header!("decode_common.cuh"),
+    header!("decode_routing.cuh"),
     header!("wgmma.cuh"),
     header!("route.cuh"),
 ];

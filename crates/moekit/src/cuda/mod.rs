@@ -136,9 +136,8 @@ impl CudaDevice {
             .map_err(cuda_err("device attribute"))?;
         let name = ctx.name().map_err(cuda_err("device name"))?;
         let stream = ctx.new_stream().map_err(cuda_err("new_stream"))?;
-        // Word 0: the error word; word 1: the decode path's ticket counter.
         let err = stream
-            .alloc_zeros::<u32>(2)
+            .alloc_zeros::<u32>(1)
             .map_err(cuda_err("alloc error word"))?;
         let tickets = stream
             .alloc_zeros::<u32>(TILE_TICKETS)
@@ -216,13 +215,6 @@ impl CudaDevice {
         // Event tracking is off: the stream argument orders nothing here.
         let (p, _g) = self.err.device_ptr(&self.stream);
         p
-    }
-
-    /// Device address of a zeroed word the fused decode path uses as its
-    /// last-block ticket (its kernels leave it zero again; the device's one
-    /// stream keeps calls from overlapping).
-    pub(crate) fn ticket_word(&self) -> u64 {
-        self.error_word() + 4
     }
 
     /// Device address of [`TILE_TICKETS`] zeroed words, per-tile tickets of

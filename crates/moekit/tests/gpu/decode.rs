@@ -1,4 +1,4 @@
-//! The fused decode path (`cuda::ops::decode`, three launches) against the
+//! The fused decode path (`cuda::ops::decode`, three or four launches) against the
 //! CPU and the general CUDA path, plus its determinism and batch invariance.
 
 use crate::common::*;

@@ -1,6 +1,8 @@
-//! `kernels/decode.cu`: the MoE block for few tokens (decode) in three
-//! launches — router + routing + expert sort, gate/up + SwiGLU, down +
-//! weighted combine — with no host synchronization (capturable in a graph).
+//! `kernels/decode.cu`: the MoE block for few tokens (decode) in four
+//! launches — router matvec, routing + expert sort (`kernels/decode_tail.cu`),
+//! gate/up + SwiGLU, down + weighted combine — or three when the gate/up
+//! blocks route themselves (T = 1, `fold_route`), with no host
+//! synchronization (capturable in a graph).
 //!
 //! [`supports`] says when it applies (the block picks it in
 //! `crate::plan`); [`forward`] runs it. Which expert kernels a call runs
@@ -23,12 +25,20 @@ static SRC: Source = Source {
     text: include_str!("../../../kernels/decode.cu"),
 };
 
+/// The routing step as its own kernel (`decode_route_tail`): one instance,
+/// whatever the formats and activation type.
+static TAIL_SRC: Source = Source {
+    name: "decode_tail.cu",
+    text: include_str!("../../../kernels/decode_tail.cu"),
+};
+
 /// Largest token count the decode path takes (larger batches use the general path).
 pub const MAX_TOKENS: usize = 64;
 /// Warps per block of `decode_gate_up` and `decode_down` (`DEC_WARPS`).
 const WARPS: usize = 8;
-/// Warps per `decode_route` block (`ROUTE_WARPS`): a router row each, and
-/// in the last block a token each.
+/// Warps per `decode_route` block (`ROUTE_WARPS`), and of the one
+/// `decode_route_tail` block (`ROUTE_TAIL_WARPS`: a token each when routing
+/// a warp per token).
 const ROUTE_WARPS: usize = 8;
 /// Router rows per `decode_route` block (`ROUTE_ROWS`: 4 warps a row).
 const ROUTE_ROWS: usize = 2;
@@ -59,7 +69,7 @@ fn spans_per_warp() -> usize {
     *ENV.get_or_init(|| super::env_knob("MOEKIT_DECODE_SPANS", 1..=16, 4))
 }
 
-/// Largest T at which `decode_route`'s last block routes each token with
+/// Largest T at which the routing step (`decode_route_tail`) routes each token with
 /// all of its threads (one after another; E ≤ 256), rather than a warp per
 /// token: 1, or `MOEKIT_ROUTE_BLOCK_T` (0..=64, read once; 0 = always a
 /// warp per token). Both give the same bits, so this is a pure speed knob.
@@ -144,7 +154,6 @@ struct DecodeParams {
     ids: u64,
     weights: u64,
     gate: u64,
-    ticket: u64,
     active: u64,
     n_active: u64,
     offsets: u64,
@@ -184,7 +193,7 @@ struct DecodeParams {
     trace_twice: u32,
     trace: u64,
 }
-const _: () = assert!(std::mem::size_of::<DecodeParams>() == 536);
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 528);
 
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
@@ -333,7 +342,8 @@ fn experts_for(p: &MoeBlockParts, dtype: DType) -> std::result::Result<Experts, 
 }
 
 /// One call's launch plan: expert kernels, tile sizes, routing warps of
-/// the last route block, and the dynamic shared memory of the three kernels.
+/// the routing step, and the dynamic shared memory of the routing step and
+/// the two expert kernels.
 struct Plan {
     experts: Experts,
     tiles: Tiles,
@@ -355,7 +365,7 @@ fn plan(p: &MoeBlockParts, t: usize, dtype: DType) -> std::result::Result<Plan, 
         down = (down.0.max(b.0), down.1.max(b.1));
     }
     let tl = tiles(gate, down);
-    // Routing warps of the last route block: 3·E floats each.
+    // Routing warps of the decode_route_tail block: 3·E floats each.
     let route_warps = (48 * 1024 / (12 * e.max(1))).min(ROUTE_WARPS);
     let route = (route_warps * 3 * e).max(e + 1) * 4 + t * k * 4;
     let smem = match experts {
@@ -428,7 +438,7 @@ fn router_format_ok(f: WeightFormat) -> bool {
 
 /// Every instance the decode path can request.
 pub fn instances() -> Vec<(&'static Source, String)> {
-    let mut v = Vec::new();
+    let mut v = vec![(&TAIL_SRC, "moekit::decode_route_tail".to_string())];
     for (f, ft) in all_format_types() {
         for &d in &FLOAT_DTYPES {
             let t = ctype("decode", d).unwrap_or("float");
@@ -459,7 +469,7 @@ fn dw(w: &QuantWeights, row_offset: usize) -> Result<DecodeW> {
     })
 }
 
-/// Runs `block` on `x` (`[T, H]`, T ≤ [`MAX_TOKENS`]) in three launches,
+/// Runs `block` on `x` (`[T, H]`, T ≤ [`MAX_TOKENS`]) in three or four launches,
 /// into `out` (`[T, H]` of `x`'s dtype on its device) if given, else into a
 /// new tensor; call only where [`supports`] holds.
 pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(Routing, Tensor)> {
@@ -569,7 +579,6 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         ids: ids_p,
         weights: weights_p,
         gate,
-        ticket: dev.ticket_word(),
         active,
         n_active,
         offsets,
@@ -627,6 +636,11 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
     let g1 = Geometry {
         grid: ((e + 1).div_ceil(ROUTE_ROWS) as u32, 1, 1),
         block: (ROUTE_WARPS as u32 * 32, 1, 1),
+        shared: 0,
+    };
+    let g_tail = Geometry {
+        grid: (1, 1, 1),
+        block: (ROUTE_WARPS as u32 * 32, 1, 1),
         shared: smem[0] as u32,
     };
     let (g2, g3, kgu, kdn) = if mma {
@@ -673,7 +687,7 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
             "decode_down",
         )
     };
-    // SAFETY (all three): every pointer above is a live device allocation of
+    // SAFETY (every launch): every pointer above is a live device allocation of
     // the shape the kernel indexes for these (T, H, E, k, I, Is): x/out [T,H],
     // logits [T,E+1], ids/weights [T,k], gate [T], active [E], offsets [E+1],
     // slots [T·k], act [T·k+T, stride], y [T·k+T, H] (tensor cores), tile
@@ -689,7 +703,18 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
             params,
             "decode_route",
         )?;
-        // Both wait (pdl_wait) before reading what the step before wrote.
+        // Each waits (pdl_wait) before reading what the step before wrote.
+        if params.fold_route == 0 {
+            launch_ordered(
+                &dev,
+                &TAIL_SRC,
+                "moekit::decode_route_tail",
+                g_tail,
+                params,
+                "decode_route_tail",
+                Order::Dependent,
+            )?;
+        }
         launch_ordered(
             &dev,
             &SRC,
@@ -720,62 +745,9 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
     Ok((routing, out))
 }
 
-/// Trace slots (kernels/decode.cu `TraceSlot`).
-const TR_ROUTE_LOADED: usize = 256;
-const TR_ROUTE_DOTS: usize = 512;
-const TR_TAIL: usize = 1024;
-const TR_GU: usize = 2048;
-const TR_DOWN: usize = 6144;
-
-/// A one-line-per-phase summary of a traced call's stamps (ns, relative to
-/// the first routing block's start): each phase's earliest, median and
-/// latest stamp over the blocks that wrote one.
-pub(crate) fn trace_summary(v: &[u64]) -> String {
-    let t0 = v
-        .get(..TR_ROUTE_LOADED)
-        .and_then(|r| r.iter().filter(|&&x| x != 0).min().copied());
-    let Some(t0) = t0 else {
-        return "trace: no stamps (was the decode path taken?)".into();
-    };
-    let phase = |name: &str, lo: usize, n: usize| -> String {
-        let mut r: Vec<i64> = v
-            .get(lo..lo + n)
-            .unwrap_or(&[])
-            .iter()
-            .filter(|&&x| x != 0)
-            .map(|&x| x as i64 - t0 as i64)
-            .collect();
-        r.sort_unstable();
-        match (r.first(), r.get(r.len() / 2), r.last()) {
-            (Some(a), Some(m), Some(b)) => format!(
-                "  {name:<22} n={:<4} first {:>7.2}  median {:>7.2}  last {:>7.2} us\n",
-                r.len(),
-                *a as f64 / 1e3,
-                *m as f64 / 1e3,
-                *b as f64 / 1e3
-            ),
-            _ => format!("  {name:<22} none\n"),
-        }
-    };
-    let mut out = String::from("decode trace (us from the first route block's start):\n");
-    out += &phase("route start", 0, 256);
-    out += &phase("route dots done", TR_ROUTE_LOADED, 256);
-    out += &phase("route rows written", TR_ROUTE_DOTS, 512);
-    out += &phase("tail past ticket", TR_TAIL, 1);
-    out += &phase("tail 1st pass (twice)", TR_TAIL + 3, 1);
-    out += &phase("tail routed", TR_TAIL + 1, 1);
-    out += &phase("tail end", TR_TAIL + 2, 1);
-    out += &phase("gate/up start", TR_GU, 1024);
-    out += &phase("gate/up past wait", TR_GU + 1024, 1024);
-    out += &phase("gate/up products", TR_GU + 3072, 1024);
-    out += &phase("gate/up end", TR_GU + 2048, 1024);
-    out += &phase("down start", TR_DOWN, 1024);
-    out += &phase("down past wait", TR_DOWN + 1024, 1024);
-    out += &phase("down products", TR_DOWN + 4096, 1024);
-    out += &phase("down stored", TR_DOWN + 2048, 1024);
-    out += &phase("down combined", TR_DOWN + 3072, 1024);
-    out
-}
+#[path = "decode_trace.rs"]
+mod trace;
+pub(crate) use trace::trace_summary;
 
 #[cfg(test)]
 #[path = "decode_tests.rs"]
