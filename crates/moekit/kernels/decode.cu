@@ -296,7 +296,7 @@ __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, 
   const bool publish = blockIdx.x == 0 && blockIdx.y == 0;
   const SortOut o{sorted, sorted + E + 1, sorted + 2 * E + 1, sorted + 2 * E + 2};
   __shared__ route::BlockScratch s_route;
-  route_and_sort<true>(p, buf, &s_route, o, publish);
+  route_and_sort<RULE_ANY, TEAM_BLOCK>(p, buf, &s_route, o, publish);
   __syncthreads();  // the sort's arrays
   if (publish) {
     // The routing for the down step and the caller (the sort's arrays as

@@ -13,7 +13,17 @@ namespace moekit {
 
 // Routes token t with a team — a warp or the block (route.cuh's rules, the
 // CPU's arithmetic); the ids also go to `ids_s` (shared memory) for the sort.
-template <class W>
+// Which code a routing step compiles: one rule (a DecodeRule) or any
+// (RULE_ANY: chosen per call from p.rule), and one team or either (TEAM_ANY:
+// chosen per call from T and E). decode_route_tail has an instance per
+// (rule, team), so the code it runs is that pair's alone: one token's
+// routing is a chain of dependent steps, and with every rule and team in
+// one kernel (15 000 SASS instructions) it waited mostly on instruction
+// fetch (H100 ncu, T = 1: 8 of 9 stall samples `no_instruction`).
+constexpr int RULE_ANY = -1;
+enum RouteTeam : int { TEAM_ANY = 0, TEAM_BLOCK = 1, TEAM_WARP = 2 };
+
+template <int RULE, class W>
 __device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s, bool publish) {
   RouteParams rp;
   rp.logits = nullptr;
@@ -33,7 +43,7 @@ __device__ void route_token(const DecodeParams& p, u32 t, const W& w, u32* ids_s
   w.sync();
   u32 id = route::kNone;
   float wt = 0.f;
-  switch (p.rule & RULE_KIND) {
+  switch (RULE == RULE_ANY ? (p.rule & RULE_KIND) : (u32)RULE) {
     case RULE_SOFTMAX_TOPK: route::SoftmaxTopK::run(rp, w, id, wt); break;
     case RULE_TOPK_SOFTMAX: route::TopKSoftmax::run(rp, w, id, wt); break;
     case RULE_GEMMA4: route::Gemma4::run(rp, w, id, wt); break;
@@ -67,11 +77,12 @@ struct SortOut {
 // ids. `publish`: also write the routing (ids, weights, shared factors) to
 // global memory. Every thread of the block calls it; the caller syncs
 // before reading the sort's arrays.
-// BLOCK_ONLY (the gate/up blocks' own routing, whose launches the host
-// makes only for T ≤ route_block and E ≤ kBlockKeys): the block team alone
-// is compiled — the routing code is the costliest part of a module to
-// compile, and every expert-format instance of decode_gate_up_mma holds it.
-template <bool BLOCK_ONLY = false>
+// RULE, TEAM: see RULE_ANY and RouteTeam (the caller guarantees that a
+// fixed team or rule is this call's: TEAM_BLOCK only for T ≤ route_block and
+// E ≤ kBlockKeys, TEAM_WARP only otherwise). The gate/up blocks' own routing
+// (fold_route) compiles TEAM_BLOCK with every rule: every expert-format
+// instance of decode_gate_up_mma holds it, so it stays one copy.
+template <int RULE, int TEAM>
 __device__ void route_and_sort(const DecodeParams& p, float* buf, route::BlockScratch* s_route, const SortOut& o,
                                bool publish) {
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -79,14 +90,15 @@ __device__ void route_and_sort(const DecodeParams& p, float* buf, route::BlockSc
   const u32 n = nt * k;
   u32* ids_s = reinterpret_cast<u32*>(buf + max(p.route_warps * 3 * E, E + 1));
   auto route_all = [&]() {
-    if (BLOCK_ONLY || (nt <= p.route_block && E <= route::kBlockKeys)) {
+    const bool block = TEAM == TEAM_BLOCK || (TEAM == TEAM_ANY && nt <= p.route_block && E <= route::kBlockKeys);
+    if (TEAM != TEAM_WARP && block) {
       // Few tokens: each routed by the whole block in turn (the first warp's buffers).
       const route::Block w{lane, E, k, buf, buf + E, buf + 2 * E, s_route};
-      for (u32 t = 0; t < nt; ++t) route_token(p, t, w, ids_s, publish);
-    } else if (warp < p.route_warps) {
+      for (u32 t = 0; t < nt; ++t) route_token<RULE>(p, t, w, ids_s, publish);
+    } else if (TEAM != TEAM_BLOCK && warp < p.route_warps) {
       float* a = buf + (u64)warp * 3 * E;
       const route::Warp w{lane, E, k, a, a + E, a + 2 * E};
-      for (u32 t = warp; t < nt; t += p.route_warps) route_token(p, t, w, ids_s, publish);
+      for (u32 t = warp; t < nt; t += p.route_warps) route_token<RULE>(p, t, w, ids_s, publish);
     }
   };
 #ifdef MOEKIT_TRACE

@@ -120,7 +120,7 @@ fn fold_knob() -> bool {
 fn folds(t: usize, e: usize, k: usize, route_warps: usize) -> bool {
     let n = t * k;
     let room = (route_warps * 3 * e).max(e + 1) + n + (2 * e + 2) + n;
-    fold_knob() && t <= FOLD_MAX_T && t <= route_block_tokens() && e <= 256 && room <= MMA_RED
+    fold_knob() && t <= FOLD_MAX_T && team_for(t, e) == TEAM_BLOCK && room <= MMA_RED
 }
 
 /// Rows per tensor-core expert block for K (16 per row tile, 8 / split tiles).
@@ -436,9 +436,38 @@ fn router_format_ok(f: WeightFormat) -> bool {
     !matches!(f, WeightFormat::Ggml(_))
 }
 
+/// `DecodeRule` values (kernels/decode_common.cuh): [`rule_code`]'s range.
+const RULES: u32 = 5;
+/// `RouteTeam` (kernels/decode_routing.cuh): each token routed by the whole
+/// block, or by a warp.
+const TEAM_BLOCK: u32 = 1;
+const TEAM_WARP: u32 = 2;
+/// Largest E the block team routes (route.cuh `kBlockKeys`).
+const BLOCK_KEYS: usize = 256;
+
+/// The routing kernel's instance for a rule and team (one each: the
+/// routing is a chain of dependent steps, and a kernel holding every rule
+/// and team waited mostly on instruction fetch).
+fn tail_kernel(rule: u32, team: u32) -> String {
+    format!("moekit::decode_route_tail<{rule}, {team}>")
+}
+
+/// The routing team for `t` tokens of `e` experts: the whole block per
+/// token up to the route_block knob (E ≤ 256), else a warp per token — the
+/// kernels' `TEAM_ANY` rule.
+fn team_for(t: usize, e: usize) -> u32 {
+    if t <= route_block_tokens() && e <= BLOCK_KEYS {
+        TEAM_BLOCK
+    } else {
+        TEAM_WARP
+    }
+}
+
 /// Every instance the decode path can request.
 pub fn instances() -> Vec<(&'static Source, String)> {
-    let mut v = vec![(&TAIL_SRC, "moekit::decode_route_tail".to_string())];
+    let mut v: Vec<(&'static Source, String)> = (0..RULES)
+        .flat_map(|r| [TEAM_BLOCK, TEAM_WARP].map(|team| (&TAIL_SRC, tail_kernel(r, team))))
+        .collect();
     for (f, ft) in all_format_types() {
         for &d in &FLOAT_DTYPES {
             let t = ctype("decode", d).unwrap_or("float");
@@ -708,7 +737,7 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
             launch_ordered(
                 &dev,
                 &TAIL_SRC,
-                "moekit::decode_route_tail",
+                &tail_kernel(params.rule & 0xff, team_for(t, e)),
                 g_tail,
                 params,
                 "decode_route_tail",

@@ -70,3 +70,46 @@ fn stage_room_covers_any_alignment() {
         }
     }
 }
+
+#[test]
+fn every_rule_and_team_has_a_routing_kernel_instance() {
+    use crate::ops::route::GroupMask;
+    let grouped = |scoring| RouterKind::Grouped {
+        scoring,
+        bias: None,
+        n_group: 8,
+        topk_group: 4,
+        dropped_groups: GroupMask::Zero,
+        norm_topk_prob: true,
+        routed_scaling_factor: 1.0,
+    };
+    let kinds = [
+        RouterKind::SoftmaxTopK {
+            norm_topk_prob: false,
+        },
+        RouterKind::TopKSoftmax,
+        RouterKind::Gemma4 {
+            per_expert_scale: vec![1.0; 4],
+        },
+        grouped(Scoring::Softmax),
+        grouped(Scoring::Sigmoid),
+    ];
+    let inst = instances();
+    let codes: std::collections::BTreeSet<u32> = kinds.iter().map(rule_code).collect();
+    assert_eq!(codes.len(), kinds.len(), "one code a rule");
+    for code in codes {
+        assert!(code < RULES, "rule code {code}");
+        for team in [TEAM_BLOCK, TEAM_WARP] {
+            let name = tail_kernel(code, team);
+            assert!(
+                inst.iter()
+                    .any(|(s, e)| *e == name && s.name == "decode_tail.cu"),
+                "{name}"
+            );
+        }
+    }
+    // The block team only up to kBlockKeys experts; a warp each past the knob's T.
+    assert_eq!(team_for(1, 256), TEAM_BLOCK);
+    assert_eq!(team_for(1, 257), TEAM_WARP);
+    assert_eq!(team_for(MAX_TOKENS, 128), TEAM_WARP);
+}
