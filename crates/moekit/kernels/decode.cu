@@ -100,6 +100,101 @@ constexpr u32 ROUTE_ROW_WARPS = 4;  // warps splitting one router row
 constexpr u32 ROUTE_ROWS = ROUTE_WARPS / ROUTE_ROW_WARPS;
 constexpr u32 ROUTE_HELD = 8;  // chunks a lane holds in registers at once
 
+// A chunk of CHUNK x values (whole, inside an aligned row) as raw 32-bit
+// words: load() with 8- or 16-byte vector loads and no bounds or alignment
+// branch; dot() is chunk_dot's order of products and sums (the same bits).
+template <int CHUNK, typename T>
+struct XRaw {
+  static constexpr int BYTES = CHUNK * (int)sizeof(T);
+  static_assert(BYTES % 8 == 0, "x chunks of whole 8-byte words");
+  static constexpr int WORDS = BYTES / 4;
+  u32 w[WORDS];
+  __device__ __forceinline__ void load(const T* src) {
+    if constexpr (BYTES % 16 == 0) {
+#pragma unroll
+      for (int q = 0; q < WORDS / 4; ++q) {
+        const uint4 u = __ldg(reinterpret_cast<const uint4*>(src) + q);
+        w[4 * q] = u.x;
+        w[4 * q + 1] = u.y;
+        w[4 * q + 2] = u.z;
+        w[4 * q + 3] = u.w;
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < WORDS / 2; ++q) {
+        const uint2 u = __ldg(reinterpret_cast<const uint2*>(src) + q);
+        w[2 * q] = u.x;
+        w[2 * q + 1] = u.y;
+      }
+    }
+  }
+  __device__ __forceinline__ float dot(const float (&wt)[CHUNK]) const {
+    const T* e = reinterpret_cast<const T*>(w);
+    float a = 0.f;
+#pragma unroll
+    for (int i = 0; i < CHUNK; ++i) a = fmaf(wt[i], to_f32(e[i]), a);
+    return a;
+  }
+};
+
+constexpr u32 ROUTE_STRIDE = 32 * ROUTE_ROW_WARPS;  // lanes of a router row
+
+// acc[i] += the dots of token t0 + i (i < DEC_TG, t0 + i < nt) with the
+// router row's chunks first + ROUTE_STRIDE·m, in ascending chunk order.
+// ALIGNED (the row and x in whole, aligned chunks, decode_route checks):
+// ROUTE_HELD chunks' weights in flight and branch-free x loads, so each
+// lane's loads issue together (with per-chunk bounds and alignment branches
+// every load waited for the one before it: H100 ncu, T = 8, stalls on the
+// x loads). Otherwise one chunk at a time through chunk_dot's checks: the
+// same chunks, order and bits, in less code.
+template <typename FR, typename T, bool ALIGNED>
+__device__ __forceinline__ void route_dots(const QRow& row, const T* x, u32 t0, u32 nt, u32 H, u32 nch, u32 first,
+                                           float (&acc)[DEC_TG]) {
+  constexpr u32 HELD = ALIGNED ? ROUTE_HELD : 1;
+  if (ALIGNED) __builtin_assume(row.k % FR::CHUNK == 0);
+  for (u32 c0 = first; c0 < nch; c0 += HELD * ROUTE_STRIDE) {
+    float w[HELD][FR::CHUNK];
+#pragma unroll
+    for (u32 j = 0; j < HELD; ++j) {
+      const u32 c = c0 + j * ROUTE_STRIDE;
+      if (c < nch) FR::dequant(row, c, w[j]);
+    }
+#pragma unroll
+    for (int i = 0; i < DEC_TG; ++i) {
+      if (t0 + i >= nt) break;
+      const T* xt = x + (u64)(t0 + i) * H;
+      if constexpr (ALIGNED && HELD * XRaw<FR::CHUNK, T>::WORDS <= 16) {
+        // Small chunks (a dense router): the token's x words for every held
+        // chunk first (predicated loads, no branch between them), then the
+        // products.
+        XRaw<FR::CHUNK, T> xr[HELD];
+#pragma unroll
+        for (u32 j = 0; j < HELD; ++j) {
+          const u32 c = c0 + j * ROUTE_STRIDE;
+          if (c < nch) xr[j].load(xt + (u64)c * FR::CHUNK);
+        }
+#pragma unroll
+        for (u32 j = 0; j < HELD; ++j)
+          if (c0 + j * ROUTE_STRIDE < nch) acc[i] += xr[j].dot(w[j]);
+      } else {
+#pragma unroll
+        for (u32 j = 0; j < HELD; ++j) {
+          const u32 c = c0 + j * ROUTE_STRIDE;
+          if (c < nch) {
+            if constexpr (ALIGNED) {
+              XRaw<FR::CHUNK, T> xr;
+              xr.load(xt + (u64)c * FR::CHUNK);
+              acc[i] += xr.dot(w[j]);
+            } else {
+              acc[i] += chunk_dot<FR::CHUNK, T>(w[j], xt, c * FR::CHUNK, H);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Grid: ⌈(E + 1) / ROUTE_ROWS⌉ blocks of ROUTE_WARPS warps; ROUTE_ROW_WARPS
 // warps compute a router row (row E: the shared-expert gate) for every
 // token: lane l of part q takes chunks (32q + l) + 128j, loading up to
@@ -119,30 +214,20 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
   const QRow row = row_of<FR>(gate_row ? p.sgate : p.router, 0, active && !gate_row ? r : 0);
   const u32 nch = (H + FR::CHUNK - 1) / FR::CHUNK;
   const T* x = static_cast<const T*>(p.x);
-  constexpr u32 STRIDE = 32 * ROUTE_ROW_WARPS;
+  // Whole chunks only, every x row 16-byte aligned: the branch-free loop.
+  const bool aligned = row.k == H && H % FR::CHUNK == 0 && (H * sizeof(T)) % 16 == 0 &&
+                       (reinterpret_cast<u64>(x) & 15) == 0;
   trace_at(p, (blockIdx.x < 256 ? TR_ROUTE_START + blockIdx.x : TRACE_WORDS));
   pdl_trigger();
   for (u32 t0 = 0; t0 < nt; t0 += DEC_TG) {
     float acc[DEC_TG];
 #pragma unroll
     for (int i = 0; i < DEC_TG; ++i) acc[i] = 0.f;
-    for (u32 c0 = q * 32 + lane; active && c0 < nch; c0 += ROUTE_HELD * STRIDE) {
-      float w[ROUTE_HELD][FR::CHUNK];
-#pragma unroll
-      for (u32 j = 0; j < ROUTE_HELD; ++j) {
-        const u32 c = c0 + j * STRIDE;
-        if (c < nch) FR::dequant(row, c, w[j]);
-      }
-#pragma unroll
-      for (int i = 0; i < DEC_TG; ++i) {
-        if (t0 + i >= nt) break;
-        const T* xt = x + (u64)(t0 + i) * H;
-#pragma unroll
-        for (u32 j = 0; j < ROUTE_HELD; ++j) {
-          const u32 c = c0 + j * STRIDE;
-          if (c < nch) acc[i] += chunk_dot<FR::CHUNK, T>(w[j], xt, c * FR::CHUNK, H);
-        }
-      }
+    if (active) {
+      if (aligned)
+        route_dots<FR, T, true>(row, x, t0, nt, H, nch, q * 32 + lane, acc);
+      else
+        route_dots<FR, T, false>(row, x, t0, nt, H, nch, q * 32 + lane, acc);
     }
     if (t0 == 0) trace_at(p, (blockIdx.x < 256 ? TR_ROUTE_LOADED + blockIdx.x : TRACE_WORDS));
 #pragma unroll
