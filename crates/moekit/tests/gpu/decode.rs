@@ -144,6 +144,54 @@ fn decode_matches_cpu_for_every_format() {
     }
 }
 
+/// Hidden sizes whose x rows are not whole 16-byte words (bf16: H % 8 ≠ 0;
+/// f32: H % 4 ≠ 0) take the router matvec's one-chunk-at-a-time loop
+/// (kernels/decode.cu `route_dots<…, false>`); every other test's rows are
+/// aligned. Same routing as the CPU's, outputs within the format test's bounds.
+#[test]
+fn router_matvec_takes_unaligned_rows() {
+    for h in [258, 260] {
+        let s = Shape {
+            e: 32,
+            k: 4,
+            h,
+            i: 96,
+            si: 64,
+            fused: false,
+            gated: true,
+        };
+        let cpu = block(
+            WeightFormat::Dense(DType::Bf16),
+            &s,
+            RouterKind::SoftmaxTopK {
+                norm_topk_prob: true,
+            },
+        );
+        let dev = cpu.to_device(gpu()).unwrap();
+        for t in [1, 3, 9] {
+            for dt in [DType::F32, DType::Bf16] {
+                let x = random(&[t, s.h], dt, t as u64 + 20);
+                let trace =
+                    with_act_mode(ActMode::F32, || cpu.forward_on(Backend::CpuFast, &x)).unwrap();
+                let got = dev
+                    .forward_with(Backend::Cuda, MoePath::Decode, &x.to_device(gpu()).unwrap())
+                    .unwrap();
+                let e = nmse(&host_f32(&got.out), &trace.out.to_f32_vec().unwrap());
+                let b = if dt == DType::F32 { 1e-9 } else { 1e-3 };
+                assert!(e <= b, "H={h} T={t} {dt}: NMSE {e:e}");
+                if dt == DType::F32 {
+                    let ids = got.routing.ids.to_device(Device::Cpu).unwrap();
+                    assert_eq!(
+                        ids.as_slice::<u32>().unwrap(),
+                        trace.routing.ids.as_slice::<u32>().unwrap(),
+                        "H={h} T={t}: expert ids"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn decode_matches_cpu_for_every_rule_and_layout() {
     for (fused, si, gated) in [(false, 0, false), (true, 512, false), (true, 256, true)] {
