@@ -17,8 +17,8 @@ struct DecodeW {
 };
 static_assert(sizeof(DecodeW) == 40, "DecodeW layout");
 
-// The routing rule, chosen per call (the routing step is a sliver of the
-// block's time, so it is not worth a template instance per rule).
+// The routing rule of a call: decode_route_tail has an instance per rule;
+// the gate/up blocks' own routing (fold_route) switches on it at run time.
 enum DecodeRule : u32 {
   RULE_SOFTMAX_TOPK = 0,
   RULE_TOPK_SOFTMAX = 1,

@@ -1,10 +1,10 @@
 // decode_tail.cu — the decode path's routing step as its own kernel: one
 // block routes every token from the router logits decode_route wrote and
 // sorts the slots by expert (decode_routing.cuh), for the expert kernels
-// that follow. It depends on no weight format or activation type, so it is
-// compiled once (an instance per rule and team) for every decode instance (held inside decode_route, the
-// routing made each of that kernel's 78 format × type instances cost ~10 s
-// of NVRTC time). Launched as a programmatic dependent of decode_route on
+// that follow. It depends on no weight format or activation type, so its
+// instances (one per rule and team) serve every format; held inside
+// decode_route, the routing made each of that kernel's 78 format × type
+// instances cost ~10 s of NVRTC time. Launched as a programmatic dependent of decode_route on
 // sm_90: its block starts while the matvec runs and waits for its logits.
 #include "moekit/decode_routing.cuh"
 

@@ -4,7 +4,7 @@
 use crate::common::*;
 use moekit::cpu::{with_act_mode, ActMode};
 use moekit::format::random::random_weights;
-use moekit::moe::{MoeBlock, MoeBlockParts, MoePath, SharedExpert};
+use moekit::moe::{MoeBlock, MoeBlockParts, MoePath, MoeTrace, SharedExpert};
 use moekit::ops::act::GateUp;
 use moekit::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
 use moekit::{Backend, DType, Device, Tensor, WeightFormat};
@@ -104,6 +104,20 @@ fn mixed_block(f: WeightFormat, fd: WeightFormat, s: &Shape, kind: RouterKind) -
     .unwrap()
 }
 
+/// The decode path on `dev` against the CPU's f32 forward of `cpu` at `x`:
+/// asserts the output NMSE within x's dtype's bound (f32 1e-9, 16-bit
+/// 1e-3) and returns (decode, CPU) for callers that also compare the routing.
+fn decode_vs_cpu(cpu: &MoeBlock, dev: &MoeBlock, x: &Tensor, what: &str) -> (MoeTrace, MoeTrace) {
+    let want = with_act_mode(ActMode::F32, || cpu.forward_on(Backend::CpuFast, x)).unwrap();
+    let got = dev
+        .forward_with(Backend::Cuda, MoePath::Decode, &x.to_device(gpu()).unwrap())
+        .unwrap();
+    let e = nmse(&host_f32(&got.out), &want.out.to_f32_vec().unwrap());
+    let b = if x.dtype() == DType::F32 { 1e-9 } else { 1e-3 };
+    assert!(e <= b, "{what} {}: NMSE {e:e}", x.dtype());
+    (got, want)
+}
+
 fn run(b: &MoeBlock, path: MoePath, x: &Tensor) -> Vec<f32> {
     host_f32(
         &b.forward_with(Backend::Cuda, path, &x.to_device(gpu()).unwrap())
@@ -135,10 +149,7 @@ fn decode_matches_cpu_for_every_format() {
         for t in [1, 3, 64] {
             for dt in [DType::F32, DType::Bf16] {
                 let x = random(&[t, s.h], dt, t as u64 + 10);
-                let want = cpu_forward(&cpu, &x);
-                let e = nmse(&run(&dev, MoePath::Decode, &x), &want);
-                let b = if dt == DType::F32 { 1e-9 } else { 1e-3 };
-                assert!(e <= b, "{f} T={t} {dt}: NMSE {e:e}");
+                decode_vs_cpu(&cpu, &dev, &x, &format!("{f} T={t}"));
             }
         }
     }
@@ -171,14 +182,7 @@ fn router_matvec_takes_unaligned_rows() {
         for t in [1, 3, 9] {
             for dt in [DType::F32, DType::Bf16] {
                 let x = random(&[t, s.h], dt, t as u64 + 20);
-                let trace =
-                    with_act_mode(ActMode::F32, || cpu.forward_on(Backend::CpuFast, &x)).unwrap();
-                let got = dev
-                    .forward_with(Backend::Cuda, MoePath::Decode, &x.to_device(gpu()).unwrap())
-                    .unwrap();
-                let e = nmse(&host_f32(&got.out), &trace.out.to_f32_vec().unwrap());
-                let b = if dt == DType::F32 { 1e-9 } else { 1e-3 };
-                assert!(e <= b, "H={h} T={t} {dt}: NMSE {e:e}");
+                let (got, trace) = decode_vs_cpu(&cpu, &dev, &x, &format!("H={h} T={t}"));
                 if dt == DType::F32 {
                     let ids = got.routing.ids.to_device(Device::Cpu).unwrap();
                     assert_eq!(

@@ -25,8 +25,8 @@ static SRC: Source = Source {
     text: include_str!("../../../kernels/decode.cu"),
 };
 
-/// The routing step as its own kernel (`decode_route_tail`): one instance,
-/// whatever the formats and activation type.
+/// The routing step as its own kernel (`decode_route_tail`): an instance
+/// per rule and team, whatever the formats and activation type.
 static TAIL_SRC: Source = Source {
     name: "decode_tail.cu",
     text: include_str!("../../../kernels/decode_tail.cu"),
@@ -737,7 +737,7 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
             launch_ordered(
                 &dev,
                 &TAIL_SRC,
-                &tail_kernel(params.rule & 0xff, team_for(t, e)),
+                &tail_kernel(rule_code(&p.router.kind), team_for(t, e)),
                 g_tail,
                 params,
                 "decode_route_tail",
