@@ -101,6 +101,37 @@ struct TcTile {
   u32 e, row0, rows;
 };
 
+// Stores wgmma accumulators whose M side is the tile's 128 weight rows
+// (weight row R = 16·warp + lane / 4, and R + 8) and whose N side is its BM
+// rows (d[4j + 2h + c]: weight row R + 8h, tile row 8j + 2(lane % 4) + c)
+// into out rows tile.row0 + …, output column n at col_at(n). P = 1: one
+// column a weight row; P = 2, 3: rows R and R + 8 are the two sources of
+// column 8·(R / 16) + R % 8 (tile_row), combined as SwiGLU or as a sum.
+template <typename T, int P, int BM, typename ColAt>
+__device__ __forceinline__ void wg_store(const TcParams& p, const TcTile& tile, u32 n0, const float (&wacc)[BM / 2],
+                                         const ColAt& col_at) {
+  T* out = static_cast<T*>(p.out);
+  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3u;
+  const u32 R = warp * 16 + g;
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const u32 r = 8 * j + 2 * t4 + c;
+      if (r >= tile.rows) continue;
+      T* orow = out + (u64)(tile.row0 + r) * p.n;
+      if constexpr (P == 1) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (n0 + R + 8 * h < p.n) orow[col_at(n0 + R + 8 * h)] = from_f32<T>(wacc[4 * j + 2 * h + c]);
+      } else {
+        const u32 n = n0 + ((R >> 4) << 3) + (R & 7);
+        const float a = wacc[4 * j + c], b = wacc[4 * j + 2 + c];
+        if (n < p.n) orow[col_at(n)] = from_f32<T>(P == 2 ? silu(a) * b : a + b);
+      }
+    }
+}
+
 // Finds this block's tile: blockIdx.y-th of the list of every expert's
 // ⌈rows / BM⌉ tiles (expert order), with all NT threads of the block. Bad
 // offsets (not monotone, past M) give their experts no tiles and are

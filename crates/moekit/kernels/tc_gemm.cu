@@ -309,26 +309,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   T* out = static_cast<T*>(p.out);
   const u32 g = lane >> 2, t4 = lane & 3;
   if constexpr (WG) {
-    // Thread's weight rows R (+ 8: h), tokens 8j + 2t + c: d[4j + 2h + c].
-    const u32 R = (warp >> 2) * 64 + (warp & 3) * 16 + g;
-#pragma unroll
-    for (int j = 0; j < BM / 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const u32 r = 8 * j + 2 * t4 + c;
-        if (r >= tile.rows) continue;
-        T* orow = out + (u64)(tile.row0 + r) * p.n;
-        if constexpr (P == 1) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (n0 + R + 8 * h < p.n) orow[n0 + R + 8 * h] = from_f32<T>(wacc[4 * j + 2 * h + c]);
-        } else {
-          // Rows R and R + 8: the two sources of column 8·(R / 16) + R % 8.
-          const u32 n = n0 + ((R >> 4) << 3) + (R & 7);
-          const float a = wacc[4 * j + c], b = wacc[4 * j + 2 + c];
-          if (n < p.n) orow[n] = from_f32<T>(P == 2 ? silu(a) * b : a + b);
-        }
-      }
+    wg_store<T, P, BM>(p, tile, n0, wacc, [](u32 n) { return n; });
   } else {
     constexpr u32 per = G::NJ / HALVES;
 #pragma unroll

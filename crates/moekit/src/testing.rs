@@ -25,7 +25,7 @@ pub fn decoder(w: &crate::QuantWeights) -> crate::Result<RowDecoder<'_>> {
 /// wrappers (each checks its arguments; the raw `launch` stays private).
 pub mod cuda {
     pub use crate::cuda::jit::{compile, compile_cached, Compiled, Source};
-    pub use crate::cuda::ops::all_instances;
+    pub use crate::cuda::ops::{all_instances, instance_arches};
 
     /// `kernels/act.cu`.
     pub mod act {
@@ -59,6 +59,12 @@ pub mod cuda {
     pub mod tc_gemm {
         pub use crate::cuda::ops::tc_gemm::{
             matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
+        };
+    }
+    /// `kernels/tc_ra.cu`.
+    pub mod tc_ra {
+        pub use crate::cuda::ops::tc_ra::{
+            matmul_into, max_tile, permute_into, ra_logical, swiglu_into, tile_rows, SPAN,
         };
     }
 }

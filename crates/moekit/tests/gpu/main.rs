@@ -16,3 +16,4 @@ mod norm_act;
 mod permute;
 mod route_sort;
 mod tc;
+mod tc_ra;

@@ -17,6 +17,7 @@ pub mod sort;
 pub mod split;
 pub mod tc_gemm;
 pub mod tc_moe;
+pub mod tc_ra;
 
 use super::jit::Source;
 use super::CudaDevice;
@@ -248,6 +249,17 @@ pub fn launch_count() -> u64 {
     LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The architectures the library requests instances of `source` for:
+/// `tc_ra.cu` runs on sm_90a only ([`tc_ra::supports`]), every other source
+/// on sm_80 and sm_90a alike.
+pub fn instance_arches(source: &Source) -> &'static [super::Arch] {
+    if std::ptr::eq(source, &tc_ra::SRC) {
+        &[super::Arch::SM90]
+    } else {
+        &[super::Arch::SM90, super::Arch::SM80]
+    }
+}
+
 /// Every (source, name expression) the library can request.
 pub fn all_instances() -> Vec<(&'static Source, String)> {
     let mut v = Vec::new();
@@ -262,5 +274,6 @@ pub fn all_instances() -> Vec<(&'static Source, String)> {
     v.extend(gather_mm::instances());
     v.extend(split::instances());
     v.extend(tc_gemm::instances());
+    v.extend(tc_ra::instances());
     v
 }

@@ -27,7 +27,7 @@ use crate::ops::act::GateUp;
 use crate::tensor::Tensor;
 use std::collections::BTreeSet;
 
-static SRC: Source = Source {
+pub(crate) static SRC: Source = Source {
     name: "tc_gemm.cu",
     text: include_str!("../../../kernels/tc_gemm.cu"),
 };
@@ -56,7 +56,7 @@ pub const MAX_EXPERTS: usize = 1024;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct TcParams {
+pub(crate) struct TcParams {
     x: u64,
     gather: u64,
     offsets: u64,
@@ -314,7 +314,7 @@ pub fn supports(
 }
 
 /// The kernel name expression.
-fn kernel_name(w: &QuantWeights, dtype: DType, p: usize, bm: usize) -> Result<String> {
+pub(crate) fn kernel_name(w: &QuantWeights, dtype: DType, p: usize, bm: usize) -> Result<String> {
     let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
     Ok(format!(
         "moekit::tc_gemm<{}, {}, {p}, {bm}>",
@@ -349,7 +349,7 @@ pub fn instances() -> Vec<(&'static Source, String)> {
     names.into_iter().map(|e| (&SRC, e)).collect()
 }
 
-fn u32_of(op: &'static str, arg: &'static str, v: usize) -> Result<u32> {
+pub(crate) fn u32_of(op: &'static str, arg: &'static str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| invalid(op, arg, "< 2^32", v))
 }
 
@@ -379,8 +379,35 @@ fn check_index(
     Ok(t.cuda_bytes()?.ptr())
 }
 
+/// Which kernel runs a tensor-core GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// `tc_gemm`: the weights staged and decoded in shared memory.
+    Staged,
+    /// `tc_ra` ([`super::tc_ra`], sm_90a): the weights decoded into wgmma's
+    /// register A operand; x's columns in the span order of
+    /// [`super::tc_ra::permute_into`]. `perm_out`: P = 2 writes its output
+    /// in that order too (the input of a down projection on `tc_ra`).
+    RegA { perm_out: bool },
+}
+
 /// Validates, fills the params and launches `tc_gemm<F, T, P, BM>`.
 fn run(
+    op: &'static str,
+    x: &Tensor,
+    srcs: [(&QuantWeights, usize); 2],
+    p_sources: usize,
+    n: usize,
+    rows: TcRows<'_>,
+    out: &Tensor,
+) -> Result<()> {
+    run_kernel(Kernel::Staged, op, x, srcs, p_sources, n, rows, out)
+}
+
+/// [`run`] on the kernel `kernel`: one validation for both kernels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_kernel(
+    kernel: Kernel,
     op: &'static str,
     x: &Tensor,
     srcs: [(&QuantWeights, usize); 2],
@@ -400,7 +427,11 @@ fn run(
             format!("on {} like x", x.device()),
             s.device(),
         )?;
-        if let Err(why) = supports(x.dtype(), s, dev.smem_optin()) {
+        let ok = match kernel {
+            Kernel::Staged => supports(x.dtype(), s, dev.smem_optin()),
+            Kernel::RegA { .. } => super::tc_ra::supports(x.dtype(), s, dev.arch()),
+        };
+        if let Err(why) = ok {
             return Err(invalid(
                 op,
                 "weights",
@@ -441,8 +472,38 @@ fn run(
     };
     check_out(op, out, x.dtype(), &[m, n])?;
     let bn = if p_sources == 1 { BROWS } else { BROWS / 2 };
-    let bm = launch_tile_rows(m, e, n.div_ceil(bn), w, x.dtype(), dev.smem_optin());
-    let smem = smem_bytes(w, x.dtype(), bm);
+    let (bm, smem, source, name, flags) = match kernel {
+        Kernel::Staged => {
+            let bm = launch_tile_rows(m, e, n.div_ceil(bn), w, x.dtype(), dev.smem_optin());
+            let name = kernel_name(w, x.dtype(), p_sources, bm)?;
+            (bm, smem_bytes(w, x.dtype(), bm), &SRC, name, 0)
+        }
+        Kernel::RegA { perm_out } => {
+            use super::tc_ra;
+            let bm = tc_ra::tile_rows(m, e, n.div_ceil(bn));
+            for (s, _) in &srcs[..p_sources.min(2)] {
+                if !tc_ra::runs_tile(s, bm) {
+                    return Err(invalid(
+                        op,
+                        "weights",
+                        format!("a format tc_ra runs at {bm}-row tiles"),
+                        format!(
+                            "{} (tc_ra runs it up to {}-row tiles: the staged kernel measured faster above)",
+                            s.format(),
+                            tc_ra::max_tile(s.format())
+                        ),
+                    ));
+                }
+            }
+            let name = tc_ra::kernel_name(w, x.dtype(), p_sources, bm)?;
+            let flags = if perm_out && p_sources == 2 {
+                tc_ra::PERM_OUT
+            } else {
+                0
+            };
+            (bm, tc_ra::smem_bytes(bm), &tc_ra::SRC, name, flags)
+        }
+    };
     let m_tiles = m.div_ceil(bm) + if offsets == 0 { 0 } else { e.min(m) };
     let (gx, gy) = (n.div_ceil(bn), m_tiles);
     ensure(
@@ -469,14 +530,13 @@ fn run(
         x_rows: u32_of(op, "x rows", x_rows)?,
         gather_div: u32_of(op, "top_k", div)?,
         group_shift: group_shift(w.format()),
-        p: p_sources as u32,
+        p: p_sources as u32 | flags,
     };
     let geo = Geometry {
         grid: (gx as u32, gy as u32, 1),
         block: (THREADS, 1, 1),
         shared: smem as u32,
     };
-    let name = kernel_name(w, x.dtype(), p_sources, bm)?;
     // SAFETY: x is a device [x_rows, K] tensor of T (f16/bf16) and out a
     // device [m, n] tensor of T (checked); each source is a validated
     // QuantWeights of format F on this device, 16-byte aligned (weight_src),
@@ -487,7 +547,7 @@ fn run(
     // skipped and reported; `offsets` has E + 1 entries (checked). The
     // dynamic shared memory is the instance's need (the kernel checks it and
     // reports a mismatch instead of running).
-    unsafe { launch(&dev, &SRC, &name, geo, params, op) }
+    unsafe { launch(&dev, source, &name, geo, params, op) }
 }
 
 /// `out [M, N] = x · W[e(row)]ᵀ` on tensor cores (see [`TcRows`] for M).
@@ -553,6 +613,15 @@ pub fn swiglu_into(x: &Tensor, w: &GateUp, rows: TcRows<'_>, out: &Tensor) -> Re
         GateUp::Fused(wf) => [(wf, 0), (wf, i)],
     };
     run(OP, x, srcs, 2, i, rows, out)
+}
+
+/// The weights of gate/up when gate and up share one instance (always for
+/// fused weights), else None.
+pub(crate) fn one_format(w: &GateUp) -> Option<&QuantWeights> {
+    match w {
+        GateUp::Separate { gate, up } => mixed(gate, up).is_none().then_some(gate),
+        GateUp::Fused(wf) => Some(wf),
+    }
 }
 
 /// Why separate gate and up weights cannot share one instance, if they cannot.

@@ -9,7 +9,8 @@
 //! ```
 //! Every reduction has a fixed order: deterministic and batch-invariant.
 
-use super::tc_gemm::{self, TcRows};
+use super::tc_gemm::{self, Kernel, TcRows};
+use super::tc_ra;
 use crate::device::Backend;
 use crate::error::{invalid, Result};
 use crate::format::{QuantWeights, WeightFormat};
@@ -61,6 +62,58 @@ pub fn supports_experts(
         tc_gemm::supports(x.dtype(), w, smem).map_err(|e| format!("gate/up: {e}"))?;
     }
     tc_gemm::supports(x.dtype(), down, smem).map_err(|e| format!("down: {e}"))
+}
+
+/// The kernels of the routed experts' gate/up and down GEMMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExpertKernels {
+    pub(crate) gate_up: Kernel,
+    pub(crate) down: Kernel,
+}
+
+/// The one place the routed experts' kernels are chosen, for `m` = T·k
+/// rows: the register-operand kernel ([`tc_ra`], sm_90a) where it takes
+/// the weights and the tile is one it measured faster at
+/// ([`tc_ra::runs_tile`]), else the staged one. The down GEMM runs on
+/// `tc_ra` only after a gate/up GEMM on it (its input is then written in
+/// the permuted order it reads). `MOEKIT_TC_RA=0` keeps the staged kernel
+/// everywhere, `MOEKIT_TC_RA=all` takes `tc_ra` at every tile (A/B
+/// measurements of the table).
+pub(crate) fn expert_kernels(
+    gate_up: &GateUp,
+    down: &QuantWeights,
+    x: &Tensor,
+    m: usize,
+) -> ExpertKernels {
+    let on = tc_ra::use_mode() != tc_ra::Use::Never;
+    let staged = ExpertKernels {
+        gate_up: Kernel::Staged,
+        down: Kernel::Staged,
+    };
+    let arch = match x.device() {
+        crate::Device::Cuda(n) => crate::cuda::device(n).map(|d| d.arch()).ok(),
+        _ => None,
+    };
+    let Some(arch) = arch.filter(|_| on) else {
+        return staged;
+    };
+    let bm = tc_ra::tile_rows(m, gate_up.n_experts(), 1);
+    let takes =
+        |w: &QuantWeights| tc_ra::supports(x.dtype(), w, arch).is_ok() && tc_ra::runs_tile(w, bm);
+    let gu = tc_gemm::one_format(gate_up).is_some_and(takes)
+        && gate_up.sources().iter().all(|(w, _)| takes(w));
+    if !gu {
+        return staged;
+    }
+    let dn = takes(down) && gate_up.intermediate().is_multiple_of(tc_ra::SPAN);
+    ExpertKernels {
+        gate_up: Kernel::RegA { perm_out: dn },
+        down: if dn {
+            Kernel::RegA { perm_out: false }
+        } else {
+            Kernel::Staged
+        },
+    }
 }
 
 /// How the router matmul runs: on tensor cores where the weights reach the
@@ -153,9 +206,23 @@ pub fn experts_into(
         sorted: &sort.sorted,
         top_k: k,
     };
-    tc_gemm::swiglu_into(x, gate_up, gathered, &act)?;
     let ys = Tensor::uninit_on(x.dtype(), &[t * k, h], x.device())?;
-    tc_gemm::matmul_into(&act, down, TcRows::Sorted(&sort.offsets), &ys)?;
+    let kernels = expert_kernels(gate_up, down, x, t * k);
+    let sorted_rows = TcRows::Sorted(&sort.offsets);
+    match kernels.gate_up {
+        Kernel::RegA { perm_out } => {
+            // x's columns in the MMA's k order once; with a down GEMM on
+            // tc_ra the SwiGLU output is written in that order for it.
+            let xp = Tensor::uninit_on(x.dtype(), &[t, h], x.device())?;
+            tc_ra::permute_into(x, &xp)?;
+            tc_ra::swiglu_into(&xp, gate_up, gathered, &act, perm_out)?;
+        }
+        Kernel::Staged => tc_gemm::swiglu_into(x, gate_up, gathered, &act)?,
+    }
+    match kernels.down {
+        Kernel::RegA { .. } => tc_ra::matmul_into(&act, down, sorted_rows, &ys)?,
+        Kernel::Staged => tc_gemm::matmul_into(&act, down, sorted_rows, &ys)?,
+    }
     match out {
         Some(o) => {
             super::check_same_device(OP, o, x.cuda_bytes()?.device())?;

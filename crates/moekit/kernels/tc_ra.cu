@@ -1,0 +1,217 @@
+// tc_ra.cu — the grouped expert GEMM of tc_gemm.cu (same parameters, rows,
+// tiles and outputs: P = 1 plain, P = 2 gate and up with SwiGLU) on sm_90a
+// with the weights decoded straight into registers as wgmma's A operand:
+// no shared-memory round trip for the weights at all.
+//
+// tc_gemm stages each weight row's packed bytes in shared memory, decodes
+// them into a shared B tile and multiplies from there: three shared-memory
+// passes per weight and one block-wide barrier per 64 columns between them.
+// Here lane (g, c) of warp w owns weight rows 16w + g and 16w + g + 8 of the
+// block's 128 and, in every span of 128 columns, their 32 columns 32c ..
+// 32c + 31 (the decode path's mapping, decode_mma.cuh): it loads them from
+// global memory two spans ahead into its format's decoder (the tile decoders
+// of tc_decode.cuh, read from global memory as the decode path does), and
+// decodes them into the A fragments of the span's 8 k16 steps. A fragment
+// of step j holds, from lane c, columns 32c + 4j .. 32c + 4j + 3 — so the
+// MMA's logical k order is a permutation of the span's columns, and the
+// activations (wgmma's B, the tile's BM rows, staged in shared memory with
+// cp.async) must be stored in that order: x permuted once by `ra_permute`
+// (and the SwiGLU output written permuted for the down projection that
+// reads it). Both operands see the same permutation, so each output is the
+// plain dot product, summed in an order fixed by K alone (deterministic and
+// batch-invariant, like every other path).
+//
+// Pipeline, per span s (4 B stages, each BM rows × 128 columns in two
+// 128-byte-swizzled 64-column halves): wait for stage s, barrier, issue
+// stage s + 2; then for each half of the span: wait until the wgmma group
+// that last read this half's A registers is done, decode the half (4 k16
+// steps) into them, and issue its 4 wgmmas as one group — so one half
+// decodes while the other half's MMAs run. The weights of span s + 2 are
+// loaded once span s's are decoded.
+//
+// Needs K a multiple of 128 (whole spans; tc_ra.rs refuses the rest).
+#include "moekit/tc_common.cuh"
+#include "moekit/wgmma.cuh"
+#include "moekit/decode_mma.cuh"
+
+namespace moekit {
+
+constexpr u32 RA_SPAN = 128;  // = MMA_SPAN: columns a lane group decodes at once
+constexpr int RA_THREADS = 256;
+constexpr int RA_STAGES = 4;  // B stages: two in flight, one being read, one draining
+constexpr u32 RA_PERM_OUT = 256u;  // TcParams::p flag: P = 2 writes its output permuted
+
+// Position of column p (0..127) of a span in the MMA's k order: p = 32c +
+// 4j + e (lane c, step j, element e) is k 2c + (e & 1) + 8(e >> 1) of step j.
+__host__ __device__ constexpr u32 ra_logical(u32 p) {
+  return (((p >> 2) & 7u) << 4) | (((p >> 1) & 1u) << 3) | ((p >> 5) << 1) | (p & 1u);
+}
+
+// y[r] = x[r] with each span's columns in the MMA's k order: y[r][s·128 +
+// ra_logical(p)] = x[r][s·128 + p]. One thread a 4-column group (8 bytes in,
+// two 4-byte pairs out). k is a multiple of 128 (tc_ra.rs checks).
+struct RaPermParams {
+  const void* x;  // [rows, k] of T
+  void* y;        // [rows, k] of T
+  u32 rows, k;
+};
+static_assert(sizeof(RaPermParams) == 24, "RaPermParams layout");
+
+template <typename T>
+__global__ void __launch_bounds__(256) ra_permute(const __grid_constant__ RaPermParams p) {
+  const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;  // 4-column group
+  const u32 groups = p.k / 4;
+  if (i >= (u64)p.rows * groups) return;
+  const u64 r = i / groups;
+  const u32 col = (u32)(i % groups) * 4u, s0 = col & ~(RA_SPAN - 1u), q = col & (RA_SPAN - 1u);
+  const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const T*>(p.x) + r * p.k + col);
+  T* out = static_cast<T*>(p.y) + r * p.k + s0;
+  *reinterpret_cast<u32*>(out + ra_logical(q)) = v.x;
+  *reinterpret_cast<u32*>(out + ra_logical(q + 2)) = v.y;
+}
+
+// Shared memory of an instance (tc_ra.rs: smem_bytes mirrors it).
+template <int BM>
+struct RaGeo {
+  static constexpr int HALF = BM * 128;       // a 64-column half of a stage
+  static constexpr int STAGE = 2 * HALF;
+  static constexpr int SMEM = RA_STAGES * STAGE + 1024;  // + alignment slack (1024: the swizzle atom)
+  static constexpr int UNITS = BM * 16 / RA_THREADS;      // 16-byte copies a thread a stage
+  // Two blocks an SM where their stages fit (≤ 128 registers a thread;
+  // H100, qwen3 T = 512, 64-row tiles: one block of 154-187 registers
+  // left the decoding latency exposed), one for 128-row tiles.
+  static constexpr int MIN_BLOCKS = BM <= 64 ? 2 : 1;
+  static_assert(BM % 16 == 0 && UNITS >= 1, "whole copies a thread");
+};
+
+template <typename F, typename T, int P, int BM>
+__global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const __grid_constant__ TcParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  typedef RaGeo<BM> G;
+  typedef typename DecOf<F, T>::type Dec;
+  extern __shared__ __align__(128) u8 smem[];
+  __shared__ u32 scan[RA_THREADS / 32 + 4];
+  __shared__ const T* arow[BM];
+  {
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < (u32)G::SMEM || (p.p & 0xFFu) != (u32)P || p.k % RA_SPAN != 0) {
+      if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) report(p.err, ERR_CONFIG);
+      return;
+    }
+  }
+  const TcTile tile = find_tile<BM, RA_THREADS>(p, scan);
+  if (tile.rows == 0) return;
+  tile_rows_of_x<T, BM, RA_THREADS>(p, tile, arow);
+  __syncthreads();
+
+  u8* const b_sm = smem + ((1024u - (smem_addr(smem) & 1023u)) & 1023u);
+  const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+  static_assert(P == 1 || P == 2, "one source, or gate and up");
+  constexpr u32 BN = P == 1 ? TC_BROWS : TC_BROWS / 2;
+  const u32 n0 = blockIdx.x * BN;
+  const u32 n_spans = p.k / RA_SPAN;
+
+  // B copies: unit u of half h of rows r0 + 16i, i < UNITS.
+  const u32 cu = tid & 7u, ch = (tid >> 3) & 1u, cr = tid >> 4;
+  const u8* bsrc[G::UNITS];
+#pragma unroll
+  for (int i = 0; i < G::UNITS; ++i) {
+    const T* a = arow[cr + 16 * i];
+    bsrc[i] = pin(a != nullptr ? reinterpret_cast<const u8*>(a + 64 * ch + 8 * cu) : nullptr);
+  }
+  const u32 b_dst = pin(ch * G::HALF + swz(cr, cu));
+  auto issue_b = [&](u32 s) {
+    if (s < n_spans) {
+      u8* st = b_sm + (s % RA_STAGES) * G::STAGE + b_dst;
+      const u64 off = (u64)s * RA_SPAN * sizeof(T);
+#pragma unroll
+      for (int i = 0; i < G::UNITS; ++i)
+        cp_async16(st + 16 * 128 * i, bsrc[i] != nullptr ? bsrc[i] + off : p.x, bsrc[i] != nullptr ? 16u : 0u);
+    }
+    cp_async_commit();
+  };
+
+  // The lane's two weight rows (R = 16w + g, R + 8): sources and validity.
+  QRow rows[2];
+  bool valid[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    u32 q, col;
+    tile_row<P>(warp * 16 + (lane >> 2) + 8 * h, q, col);
+    const u32 n = n0 + col;
+    valid[h] = n < p.n;
+    const WeightSrc& s = p.src[q];
+    rows[h] = make_row<F>(s.data, s.scales, s.biases, (u64)tile.e * s.rows + s.row_offset + (valid[h] ? n : 0), p.k,
+                          p.group_shift);
+  }
+  const u32 kc0 = 32u * (lane & 3u);
+  auto load_w = [&](Dec (&d)[2], u32 s) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) d[h].load(global_slice<F>(rows[h], s * RA_SPAN + kc0, valid[h] && s < n_spans));
+  };
+
+  float acc[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
+  u32 fa[2][4][4];  // A fragments of the span's halves: [half][k16 step][reg]
+  const u32 b_base = pin(smem_addr(b_sm));
+
+  // Half `hf` of span s from decoders d: wait for the group that last read
+  // fa[hf], decode units 2hf, 2hf + 1 into it, issue its 4 wgmmas.
+  auto half = [&](const Dec (&d)[2], u32 s, int hf) {
+    wg_wait<1>();
+    wg_keep(acc);
+#pragma unroll
+    for (int uu = 0; uu < 2; ++uu) {
+      const int u = 2 * hf + uu;
+      const uint4 a0 = d[0].unit(u), a1 = d[1].unit(u);
+      // Steps 2u, 2u + 1: pairs (x, y) and (z, w) of the unit, rows g, g + 8.
+      u32* f0 = fa[hf][2 * uu];
+      u32* f1 = fa[hf][2 * uu + 1];
+      f0[0] = a0.x; f0[1] = a1.x; f0[2] = a0.y; f0[3] = a1.y;
+      f1[0] = a0.z; f1[1] = a1.z; f1[2] = a0.w; f1[3] = a1.w;
+    }
+    wg_fence();
+    const u64 db = wg_desc(b_base + (s % RA_STAGES) * G::STAGE + hf * G::HALF);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaRA<T, BM>::run(acc, fa[hf][kk], db + 2 * kk);
+    wg_commit();
+    wg_keep(acc);
+  };
+  // Span s: stage s landed and every warp is past span s − 1's barrier
+  // (span s − 2's groups are done: each half waited for them), so stage
+  // s + 2's buffer ((s − 2) % 4) is free.
+  auto span = [&](Dec (&d)[2], u32 s) {
+    cp_async_wait<1>();
+    fence_async_smem();
+    __syncthreads();
+    issue_b(s + 2);
+    half(d, s, 0);
+    half(d, s, 1);
+    load_w(d, s + 2);
+  };
+
+  issue_b(0);
+  issue_b(1);
+  Dec d0[2], d1[2];
+  load_w(d0, 0);
+  load_w(d1, 1);
+  for (u32 s = 0; s < n_spans; s += 2) {
+    span(d0, s);
+    if (s + 1 < n_spans) span(d1, s + 1);
+  }
+  wg_wait<0>();
+  wg_keep(acc);
+  cp_async_wait<0>();
+
+  const bool perm = P == 2 && (p.p & RA_PERM_OUT) != 0;
+  wg_store<T, P, BM>(p, tile, n0, acc, [perm](u32 n) {
+    return perm ? (n & ~(RA_SPAN - 1u)) | ra_logical(n & (RA_SPAN - 1u)) : n;
+  });
+#else
+  if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) report(p.err, ERR_CONFIG);
+#endif
+}
+
+}  // namespace moekit

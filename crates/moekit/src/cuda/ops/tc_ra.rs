@@ -1,0 +1,323 @@
+//! `kernels/tc_ra.cu`: the grouped expert GEMM of [`super::tc_gemm`] (same
+//! parameters, rows, tiles and outputs) on sm_90a with the weights decoded
+//! from global memory straight into `wgmma`'s register A operand, so they
+//! never pass through shared memory; only the activations are staged.
+//!
+//! The MMA's k order is a fixed permutation of each 128-column span (lane c
+//! of a quad decodes 32 consecutive columns, `kernels/decode_mma.cuh`), so
+//! the activations must come in that order: [`permute_into`] permutes x once
+//! (a copy of `[T, H]`), and the gate/up GEMM writes its SwiGLU output
+//! permuted ([`Kernel::RegA`]'s `perm_out`) for the down GEMM that reads it.
+//! Both operands see the same permutation: every output is the plain dot
+//! product, summed in an order fixed by K (deterministic, batch-invariant).
+//!
+//! [`supports`] says whether an operand set fits and why not;
+//! `crate::cuda::ops::tc_moe::expert_kernel` is the one place the MoE block
+//! picks this kernel or the staged one.
+
+use super::gather_mm::{all_format_types, format_type};
+use super::tc_gemm::{self, Kernel, TcRows};
+use super::{check_out, ctype, launch, Geometry};
+use crate::cuda::jit::Source;
+use crate::cuda::Arch;
+use crate::dtype::DType;
+use crate::error::{ensure, invalid, Result};
+use crate::format::{QuantWeights, WeightFormat};
+use crate::ops::act::GateUp;
+use crate::tensor::Tensor;
+use std::collections::BTreeSet;
+
+pub(crate) static SRC: Source = Source {
+    name: "tc_ra.cu",
+    text: include_str!("../../../kernels/tc_ra.cu"),
+};
+
+/// Columns of a span (`RA_SPAN`): K must be a multiple of it.
+pub const SPAN: usize = 128;
+/// Tile row counts the kernel is instantiated for (`BM`: wgmma's N).
+pub const TILE_ROWS: [usize; 4] = [16, 32, 64, 128];
+/// Activation stages in shared memory (`RA_STAGES`).
+const STAGES: usize = 4;
+/// `TcParams::p` flag (`RA_PERM_OUT`): P = 2 writes its output permuted.
+pub(crate) const PERM_OUT: u32 = 256;
+
+/// Position of column `p` (0..128) of a span in the MMA's k order
+/// (`ra_logical`): `p = 32c + 4j + e` (lane c of a quad, k16 step j,
+/// element e) is k `2c + (e & 1) + 8(e >> 1)` of step j.
+pub const fn ra_logical(p: usize) -> usize {
+    (((p >> 2) & 7) << 4) | (((p >> 1) & 1) << 3) | ((p >> 5) << 1) | (p & 1)
+}
+
+/// Shared memory of an instance (`RaGeo::SMEM`): the activation stages (BM
+/// rows × 128 columns of 2 bytes) and 1 KB to align them to the swizzle atom.
+pub(crate) fn smem_bytes(bm: usize) -> usize {
+    STAGES * bm * SPAN * 2 + 1024
+}
+
+/// The tile row count: [`tc_gemm::tile_rows`]' choice, at most 128 rows.
+pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize) -> usize {
+    tc_gemm::tile_rows(m, n_experts, col_blocks).min(TILE_ROWS[TILE_ROWS.len() - 1])
+}
+
+/// Whether `tc_ra` takes activations of `dtype` against `w` on a device of
+/// `arch`; the reason when it does not.
+pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Result<(), String> {
+    if arch.major != 9 {
+        return Err(format!(
+            "sm_{}{}: the register-operand GEMM needs sm_90a (wgmma)",
+            arch.major, arch.minor
+        ));
+    }
+    if !matches!(dtype, DType::F16 | DType::Bf16) {
+        return Err(format!("{dtype} activations: it multiplies bf16 or f16"));
+    }
+    let k = w.cols();
+    if k == 0 || !k.is_multiple_of(SPAN) {
+        return Err(format!(
+            "K = {k}: the register-operand GEMM needs K a positive multiple of {SPAN}"
+        ));
+    }
+    if w.n_experts() > tc_gemm::MAX_EXPERTS {
+        return Err(format!(
+            "{} experts: at most {}",
+            w.n_experts(),
+            tc_gemm::MAX_EXPERTS
+        ));
+    }
+    let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
+    format_type(w.format(), scale_dtype).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The largest tile (rows) at which `tc_ra` runs a format, 0 for none:
+/// where it measured faster than the staged kernel (H100, qwen3-30b-a3b,
+/// graph replay, both kernels in one device call; the README's
+/// tensor-core section has the table). Only these tiles have instances.
+pub fn max_tile(format: WeightFormat) -> usize {
+    use crate::format::GgmlType as G;
+    match format {
+        // Dense weights: the staged kernel copies them straight into its
+        // tiles (bf16 T = 512 / 4096: 0.52 / 1.05 ms staged, 0.65 / 1.57
+        // on tc_ra).
+        WeightFormat::Dense(_) => 0,
+        WeightFormat::Affine(p) if p.bits == 4 => 128,
+        WeightFormat::Ggml(G::Q4_K) => 128,
+        // Q8_0: faster at 16-row tiles only (T = 16: 0.292 vs 0.302 ms;
+        // T = 512, 64 rows: 0.645 vs 0.548).
+        WeightFormat::Ggml(G::Q8_0) => 32,
+        _ => 64,
+    }
+}
+
+/// How the MoE block uses `tc_ra`, from `MOEKIT_TC_RA` (read once): `0`
+/// never, `all` at every tile it can run (to measure [`max_tile`]'s
+/// table), else where [`max_tile`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Use {
+    Never,
+    Table,
+    Everywhere,
+}
+
+pub(crate) fn use_mode() -> Use {
+    static ENV: std::sync::OnceLock<Use> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| match std::env::var("MOEKIT_TC_RA").as_deref() {
+        Ok("0") => Use::Never,
+        Ok("all") => Use::Everywhere,
+        _ => Use::Table,
+    })
+}
+
+/// Whether `tc_ra` runs `w` at tiles of `bm` rows ([`max_tile`]; every
+/// tile with `MOEKIT_TC_RA=all`).
+pub fn runs_tile(w: &QuantWeights, bm: usize) -> bool {
+    bm <= max_tile(w.format()) || use_mode() == Use::Everywhere
+}
+
+/// The kernel name expression.
+pub(crate) fn kernel_name(w: &QuantWeights, dtype: DType, p: usize, bm: usize) -> Result<String> {
+    let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
+    Ok(format!(
+        "moekit::tc_ra<{}, {}, {p}, {bm}>",
+        format_type(w.format(), scale_dtype)?,
+        ctype("tc_ra", dtype)?
+    ))
+}
+
+/// Instances for the compile check: every decoder type × {f16, bf16} ×
+/// {plain, SwiGLU} × the [`TILE_ROWS`] up to its [`max_tile`], and the
+/// permutation kernel.
+pub fn instances() -> Vec<(&'static Source, String)> {
+    let mut names = BTreeSet::new();
+    for (f, ft) in all_format_types() {
+        for t in ["__half", "__nv_bfloat16"] {
+            for p in [1, 2] {
+                for bm in TILE_ROWS.into_iter().filter(|&b| b <= max_tile(f)) {
+                    names.insert(format!("moekit::tc_ra<{ft}, {t}, {p}, {bm}>"));
+                }
+            }
+        }
+    }
+    for t in ["__half", "__nv_bfloat16"] {
+        names.insert(format!("moekit::ra_permute<{t}>"));
+    }
+    names.into_iter().map(|e| (&SRC, e)).collect()
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RaPermParams {
+    x: u64,
+    y: u64,
+    rows: u32,
+    k: u32,
+}
+const _: () = assert!(std::mem::size_of::<RaPermParams>() == 24);
+// SAFETY: plain-old-data mirrored by the kernel's RaPermParams.
+unsafe impl cudarc::driver::DeviceRepr for RaPermParams {}
+
+/// `out [R, K] = x [R, K]` with each 128-column span in the MMA's k order
+/// (`ra_logical`); K a multiple of [`SPAN`], f16/bf16 on CUDA.
+pub fn permute_into(x: &Tensor, out: &Tensor) -> Result<()> {
+    const OP: &str = "ra_permute";
+    let xb = x.cuda_bytes()?;
+    let dev = xb.device().clone();
+    ensure(
+        matches!(x.dtype(), DType::F16 | DType::Bf16),
+        OP,
+        "x",
+        "dtype f16 or bf16",
+        x.dtype(),
+    )?;
+    ensure(
+        x.rank() == 2 && x.shape()[1] % SPAN == 0,
+        OP,
+        "x",
+        format!("[rows, K] with K a multiple of {SPAN}"),
+        format!("{:?}", x.shape()),
+    )?;
+    check_out(OP, out, x.dtype(), x.shape())?;
+    super::check_same_device(OP, out, &dev)?;
+    let (rows, k) = (x.shape()[0], x.shape()[1]);
+    let groups = rows * (k / 4);
+    let blocks = groups.div_ceil(256);
+    ensure(
+        blocks <= u32::MAX as usize,
+        OP,
+        "x",
+        "fewer than 2^40 elements",
+        rows * k,
+    )?;
+    let params = RaPermParams {
+        x: xb.ptr(),
+        y: out.cuda_bytes()?.ptr(),
+        rows: tc_gemm::u32_of(OP, "rows", rows)?,
+        k: tc_gemm::u32_of(OP, "K", k)?,
+    };
+    let geo = Geometry {
+        grid: (blocks as u32, 1, 1),
+        block: (256, 1, 1),
+        shared: 0,
+    };
+    let name = format!("moekit::ra_permute<{}>", ctype(OP, x.dtype())?);
+    // SAFETY: x and out are device [rows, K] tensors of T on this device
+    // (checked), K a multiple of 128: each thread reads 8 bytes at a 4-column
+    // group of x (8-byte aligned: 16-byte aligned rows) and writes two
+    // 4-byte pairs inside the same row's span of out.
+    unsafe { launch(&dev, &SRC, &name, geo, params, OP) }
+}
+
+/// `out [M, N] = x_perm · W[e(row)]ᵀ` on `tc_ra`, x's columns permuted by
+/// [`permute_into`] (or written so by [`swiglu_into`] with `perm_out`).
+pub fn matmul_into(
+    x_perm: &Tensor,
+    w: &QuantWeights,
+    rows: TcRows<'_>,
+    out: &Tensor,
+) -> Result<()> {
+    let k = Kernel::RegA { perm_out: false };
+    tc_gemm::run_kernel(k, "tc_ra", x_perm, [(w, 0), (w, 0)], 1, w.rows(), rows, out)
+}
+
+/// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on `tc_ra` into `out [M, I]`, x's columns
+/// permuted; `perm_out`: the output's columns permuted too (I a multiple
+/// of [`SPAN`]), as [`matmul_into`] takes them.
+pub fn swiglu_into(
+    x_perm: &Tensor,
+    w: &GateUp,
+    rows: TcRows<'_>,
+    out: &Tensor,
+    perm_out: bool,
+) -> Result<()> {
+    const OP: &str = "tc_ra_swiglu";
+    let i = w.intermediate();
+    if perm_out && !i.is_multiple_of(SPAN) {
+        return Err(invalid(
+            OP,
+            "out",
+            format!("I a multiple of {SPAN} for a permuted output"),
+            i,
+        ));
+    }
+    let srcs = match w {
+        GateUp::Separate { gate, up } => {
+            if let Some(why) = tc_gemm::mixed(gate, up) {
+                return Err(invalid(OP, "gate_up", "gate and up of one format", why));
+            }
+            [(gate, 0), (up, 0)]
+        }
+        GateUp::Fused(wf) => [(wf, 0), (wf, i)],
+    };
+    tc_gemm::run_kernel(Kernel::RegA { perm_out }, OP, x_perm, srcs, 2, i, rows, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_stop_at_128_rows() {
+        assert_eq!(tile_rows(8, 128, 12), 16);
+        assert_eq!(tile_rows(512 * 8, 128, 12), 64);
+        assert_eq!(tile_rows(4097 * 8, 128, 1), 128);
+        assert_eq!(smem_bytes(128), 4 * 128 * 256 + 1024);
+    }
+
+    #[test]
+    fn span_order_is_a_permutation_keeping_pairs() {
+        let mut seen = [false; SPAN];
+        for p in 0..SPAN {
+            let l = ra_logical(p);
+            assert!(l < SPAN && !seen[l], "column {p} -> {l}");
+            seen[l] = true;
+            // Pairs (4-byte units of 16-bit values) stay together.
+            if p % 2 == 0 {
+                assert_eq!(ra_logical(p + 1), l + 1);
+            }
+        }
+        // Lane 1's first column is k 2 of step 0; step 1 starts at column 4.
+        assert_eq!(ra_logical(32), 2);
+        assert_eq!(ra_logical(4), 16);
+        assert_eq!(ra_logical(2), 8);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_run() {
+        let f = crate::format::WeightFormat::Affine(crate::format::AffineParams {
+            bits: 4,
+            group_size: 64,
+        });
+        let w = crate::format::random::random_weights(f, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
+        assert!(supports(DType::Bf16, &w, Arch::SM90).is_ok());
+        assert!(supports(DType::Bf16, &w, Arch::SM80)
+            .unwrap_err()
+            .contains("sm_90a"));
+        assert!(supports(DType::F32, &w, Arch::SM90)
+            .unwrap_err()
+            .contains("f32"));
+        let w = crate::format::random::random_weights(f, 1, 8, 192, DType::F16, 1, &|| {}).unwrap();
+        assert!(supports(DType::Bf16, &w, Arch::SM90)
+            .unwrap_err()
+            .contains("K = 192"));
+    }
+}

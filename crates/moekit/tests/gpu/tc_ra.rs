@@ -1,0 +1,262 @@
+//! The register-operand tensor-core GEMM (`cuda::ops::tc_ra`, sm_90a)
+//! against the CPU reference.
+//!
+//! * `permute_into` against a host permutation by `ra_logical`.
+//! * Every format of `WeightFormat::all()` × f16/bf16 activations × {plain,
+//!   SwiGLU fused and separate, SwiGLU with a permuted output}, rows
+//!   gathered through an expert sort (the x rows permuted once).
+//! * Every tile row count (16/32/64/128), ragged N (not a multiple of the
+//!   128/64-column tile), experts with no rows, all rows on one expert,
+//!   E = 512 with k = 10, M = 0; K not a multiple of 128 is refused.
+//! * Bit-identical reruns, and a token's row equal alone and in a batch.
+//! * Outputs are poisoned with NaN, so a missed element fails.
+//!
+//! The MoE block takes this kernel on sm_90a (`tc::block_*` run it there).
+
+use crate::common::*;
+use moekit::format::random::random_weights;
+use moekit::format::{AffineParams, GgmlType};
+use moekit::ops::act::{gather_swiglu_on, GateUp};
+use moekit::ops::gather_mm::{gather_mm_on, RowExperts};
+use moekit::ops::permute::permute_on;
+use moekit::ops::sort::{expert_sort_on, ExpertSort};
+use moekit::testing::cuda::tc_gemm::TcRows;
+use moekit::testing::cuda::tc_ra::{
+    matmul_into, max_tile, permute_into, ra_logical, swiglu_into, tile_rows, SPAN,
+};
+use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
+use rand::Rng;
+
+fn weights(f: WeightFormat, e: usize, n: usize, k: usize, seed: u64) -> QuantWeights {
+    random_weights(f, e, n, k, DType::F16, seed, &|| {}).unwrap()
+}
+
+fn to_gpu(w: &QuantWeights) -> QuantWeights {
+    w.to_device(gpu()).unwrap()
+}
+
+/// Host permutation of each row's spans (what `permute_into` computes).
+fn host_permute(v: &[f32], k: usize) -> Vec<f32> {
+    let mut out = vec![0f32; v.len()];
+    for (r, row) in v.chunks(k).enumerate() {
+        for (c, &x) in row.iter().enumerate() {
+            let s0 = c / SPAN * SPAN;
+            out[r * k + s0 + ra_logical(c % SPAN)] = x;
+        }
+    }
+    out
+}
+
+fn sort_of(t: usize, k: usize, e: usize, empty: &[usize], one: bool, seed: u64) -> ExpertSort {
+    let mut r = rng(seed);
+    let live: Vec<u32> = (0..e as u32)
+        .filter(|x| !empty.contains(&(*x as usize)))
+        .collect();
+    let ids: Vec<u32> = (0..t * k)
+        .map(|i| {
+            if one {
+                live[0]
+            } else {
+                live[(r.random_range(0..live.len()) + i) % live.len()]
+            }
+        })
+        .collect();
+    let ids = Tensor::from_slice(&ids, &[t, k]).unwrap();
+    expert_sort_on(Backend::CpuReference, &ids, e).unwrap()
+}
+
+/// Plain and SwiGLU GEMMs of `t` tokens × `k` slots over `e` experts, N
+/// output columns, K = `kk`, against the CPU reference.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    f: WeightFormat,
+    dt: DType,
+    t: usize,
+    k: usize,
+    e: usize,
+    sort: &ExpertSort,
+    n: usize,
+    kk: usize,
+) {
+    let what = format!("{f} {dt} T={t} k={k} E={e} N={n} K={kk}");
+    let x = random(&[t, kk], dt, t as u64 + 1);
+    let xs = permute_on(Backend::CpuReference, &x, sort).unwrap();
+    let m = t * k;
+    let x_gpu = x.to_device(gpu()).unwrap();
+    let xp = poisoned(&[t, kk], dt);
+    permute_into(&x_gpu, &xp).unwrap();
+    let off = sort.offsets.to_device(gpu()).unwrap();
+    let sorted = sort.sorted.to_device(gpu()).unwrap();
+    let rows = TcRows::Gathered {
+        offsets: &off,
+        sorted: &sorted,
+        top_k: k,
+    };
+    let cpu_rows = RowExperts::Sorted(&sort.offsets);
+    let b = bound(dt);
+    let bm = tile_rows(m, e, n.div_ceil(128));
+    // Plain.
+    let w = weights(f, e, n, kk, 3);
+    let want = gather_mm_on(Backend::CpuReference, &xs, &w, cpu_rows).unwrap();
+    let out = poisoned(&[m, n], dt);
+    matmul_into(&xp, &to_gpu(&w), rows, &out).unwrap();
+    let got = host_f32(&out);
+    let err = nmse(&got, &want.to_f32_vec().unwrap());
+    assert!(err <= b, "tc_ra {what} (BM {bm}): NMSE {err:e} > {b:e}");
+    let again = poisoned(&[m, n], dt);
+    matmul_into(&xp, &to_gpu(&w), rows, &again).unwrap();
+    assert_eq!(host_f32(&again), got, "tc_ra {what}: reruns differ");
+    // SwiGLU: fused and separate layouts, plain output; permuted output (I a
+    // multiple of the span).
+    let i = n.div_ceil(2).max(8);
+    for (fused, perm) in [(true, false), (false, false), (true, true)] {
+        let i = if perm { i.div_ceil(SPAN) * SPAN } else { i };
+        let gu = if fused {
+            GateUp::fused(weights(f, e, 2 * i, kk, 5)).unwrap()
+        } else {
+            GateUp::separate(weights(f, e, i, kk, 6), weights(f, e, i, kk, 7)).unwrap()
+        };
+        let gu_gpu = match &gu {
+            GateUp::Fused(w) => GateUp::fused(to_gpu(w)).unwrap(),
+            GateUp::Separate { gate, up } => GateUp::separate(to_gpu(gate), to_gpu(up)).unwrap(),
+        };
+        let want = gather_swiglu_on(Backend::CpuReference, &xs, &gu, cpu_rows).unwrap();
+        let mut want = want.to_f32_vec().unwrap();
+        if perm {
+            want = host_permute(&want, i);
+        }
+        let out = poisoned(&[m, i], dt);
+        swiglu_into(&xp, &gu_gpu, rows, &out, perm).unwrap();
+        let err = nmse(&host_f32(&out), &want);
+        assert!(
+            err <= b,
+            "tc_ra_swiglu {what} fused={fused} perm={perm}: NMSE {err:e} > {b:e}"
+        );
+    }
+    moekit::cuda::device(0).unwrap().check_errors().unwrap();
+}
+
+#[test]
+fn permute_matches_the_host_order() {
+    for dt in [DType::Bf16, DType::F16] {
+        let x = random(&[7, 384], dt, 3);
+        let out = poisoned(&[7, 384], dt);
+        permute_into(&x.to_device(gpu()).unwrap(), &out).unwrap();
+        assert_eq!(host_f32(&out), host_permute(&x.to_f32_vec().unwrap(), 384));
+    }
+    let x = random(&[2, 200], DType::Bf16, 3).to_device(gpu()).unwrap();
+    let out = poisoned(&[2, 200], DType::Bf16);
+    let e = permute_into(&x, &out).unwrap_err().to_string();
+    assert!(e.contains("multiple of 128"), "{e}");
+}
+
+#[test]
+fn every_format_matches_cpu() {
+    // Every format tc_ra runs (at 16-row tiles: T = 37, k = 4, E = 16); the
+    // others are refused.
+    for f in WeightFormat::all() {
+        if max_tile(f) < 16 {
+            let w = to_gpu(&weights(f, 1, 16, 256, 1));
+            let x = random(&[4, 256], DType::Bf16, 1).to_device(gpu()).unwrap();
+            let out = poisoned(&[4, 16], DType::Bf16);
+            let e = matmul_into(&x, &w, TcRows::Single, &out)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("staged kernel measured faster"), "{f}: {e}");
+            continue;
+        }
+        let kk = 256usize.div_ceil(f.k_granularity().max(SPAN)) * f.k_granularity().max(SPAN);
+        for dt in [DType::Bf16, DType::F16] {
+            let sort = sort_of(37, 4, 16, &[0, 7, 15], false, 11);
+            check(f, dt, 37, 4, 16, &sort, 200, kk);
+        }
+    }
+}
+
+#[test]
+fn every_tile_size_and_edge_layouts() {
+    let q4k = WeightFormat::Ggml(GgmlType::Q4_K);
+    let a4 = WeightFormat::Affine(AffineParams {
+        bits: 4,
+        group_size: 64,
+    });
+    // E = 8, k = 2: rows per expert 2T/8 → tiles 16, 32, 64, 128 (and 128
+    // for the largest, where the staged kernel takes 256).
+    for t in [5, 100, 200, 333, 1500] {
+        let sort = sort_of(t, 2, 8, &[3], false, t as u64);
+        check(q4k, DType::Bf16, t, 2, 8, &sort, 264, 512);
+        check(a4, DType::Bf16, t, 2, 8, &sort, 136, 384);
+    }
+    let sort = sort_of(300, 2, 8, &[], true, 2);
+    check(q4k, DType::Bf16, 300, 2, 8, &sort, 128, 256);
+    let sort = sort_of(64, 10, 512, &[], false, 3);
+    check(a4, DType::Bf16, 64, 10, 512, &sort, 72, 256);
+    let sort = sort_of(0, 2, 8, &[], false, 4);
+    check(q4k, DType::Bf16, 0, 2, 8, &sort, 64, 256);
+}
+
+#[test]
+fn refuses_k_off_the_span() {
+    let f = WeightFormat::Affine(AffineParams {
+        bits: 4,
+        group_size: 64,
+    });
+    let w = to_gpu(&weights(f, 1, 16, 192, 1));
+    let x = random(&[4, 192], DType::Bf16, 1).to_device(gpu()).unwrap();
+    let out = poisoned(&[4, 16], DType::Bf16);
+    let e = matmul_into(&x, &w, TcRows::Single, &out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("K = 192"), "{e}");
+}
+
+/// A token's output alone equals its row in a batch of 300 (rows on the
+/// same expert, different tiles and tile sizes).
+#[test]
+fn batch_invariant() {
+    let f = WeightFormat::Ggml(GgmlType::Q4_K);
+    let (kk, n) = (512, 256);
+    let w = to_gpu(&weights(f, 1, n, kk, 9));
+    let x = random(&[300, kk], DType::Bf16, 9);
+    let run = |x: &Tensor| {
+        let t = x.shape()[0];
+        let xg = x.to_device(gpu()).unwrap();
+        let xp = poisoned(&[t, kk], DType::Bf16);
+        permute_into(&xg, &xp).unwrap();
+        let out = poisoned(&[t, n], DType::Bf16);
+        matmul_into(&xp, &w, TcRows::Single, &out).unwrap();
+        host_f32(&out)
+    };
+    let full = run(&x);
+    let rows = x.to_f32_vec().unwrap();
+    for t in [0usize, 150, 299] {
+        let one = Tensor::from_f32(&rows[t * kk..(t + 1) * kk], &[1, kk], DType::Bf16).unwrap();
+        assert_eq!(run(&one), full[t * n..(t + 1) * n].to_vec(), "token {t}");
+    }
+}
+
+/// A reduced sweep for compute-sanitizer (memcheck, racecheck): packed
+/// 4-bit, K-quant super-block and byte decoders; plain, SwiGLU and permuted
+/// SwiGLU epilogues; tiles of 16, 64 and 128 rows (two blocks an SM below
+/// 128); ragged N; the permutation kernel — on small shapes.
+#[test]
+fn sanitizer_sweep() {
+    let fmts = [
+        WeightFormat::Ggml(GgmlType::Q4_K),
+        WeightFormat::Ggml(GgmlType::Q8_0),
+        WeightFormat::Affine(AffineParams {
+            bits: 4,
+            group_size: 64,
+        }),
+    ];
+    for f in fmts {
+        // E = 2, k = 2: tiles of 16, 64 and 128 rows, where tc_ra runs f.
+        for t in [3, 40, 150] {
+            if tile_rows(2 * t, 2, 1) > max_tile(f) {
+                continue;
+            }
+            let sort = sort_of(t, 2, 2, &[], false, 7);
+            check(f, DType::Bf16, t, 2, 2, &sort, 72, 256);
+        }
+    }
+}
