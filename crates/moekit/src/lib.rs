@@ -60,7 +60,9 @@
 //!    cudarc + NVRTC (the `kernels/*.cu` templates compiled per instance at
 //!    first use, cached on disk), one typed wrapper per kernel in
 //!    `cuda::ops`, including the fused decode path and the tensor-core
-//!    grouped GEMM (`wgmma` on sm_90a, `mma.sync` elsewhere).
+//!    grouped GEMM (`wgmma` on sm_90a, `mma.sync` elsewhere; on sm_90a,
+//!    where measured faster, a variant that decodes the weights straight
+//!    into `wgmma`'s register operand, chosen in `cuda::ops::tc_moe`).
 //! 5. **MoE block** ([`moe`]) — route → sort → grouped gate/up + SwiGLU →
 //!    grouped down → weighted combine (+ shared expert); [`plan`] chooses the
 //!    path (general, fused decode, tensor cores) in one place and keeps each

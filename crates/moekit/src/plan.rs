@@ -51,14 +51,26 @@ pub struct Plan {
 /// → quantized codes (4-bit and 8-bit alike) decode up to 32 tokens, dense
 /// weights up to 8.
 ///
+/// `tc_ra`: the tensor-core path runs this format's experts on the
+/// register-operand kernel (sm_90a, `cuda::ops::tc_ra::max_tile`), which
+/// moved the crossover down for two formats; decode vs tensor-core path, ms
+/// (H200, 2026-11-28, `bench/results/h200/tc_ra_2026-11-28/cross_*.txt`):
+/// * affine4-g64: T = 16 0.157 vs 0.167, T = 24 0.194 vs 0.196, T = 32
+///   0.224 vs 0.213 → up to 24;
+/// * q4_k: T = 16 0.176 vs 0.182, T = 24 0.219 vs 0.214 → up to 16;
+/// * q4_0 (T = 32 0.269 vs 0.277) and q8_0 (0.341 vs 0.381) still decode
+///   through 32.
+///
 /// With f32 activations it keeps its CUDA-core kernels, whose crossover
 /// was (bench/results/h100/tc/crossover_*.json): affine4-g64 T = 8 0.238 vs
 /// 0.242 ms, T = 16 0.440 vs 0.322 → affine up to 8; q4_k T = 4 0.152 vs
 /// 0.163, T = 8 0.301 vs 0.239 → GGUF up to 4; bf16 T = 2 0.157 vs 0.125 →
 /// dense at 1 token only.
-pub fn decode_max_tokens(expert_format: WeightFormat, activations: DType) -> usize {
+pub fn decode_max_tokens(expert_format: WeightFormat, activations: DType, tc_ra: bool) -> usize {
     if matches!(activations, DType::Bf16 | DType::F16) {
         return match expert_format {
+            WeightFormat::Affine(p) if tc_ra && p.bits == 4 => 24,
+            WeightFormat::Ggml(crate::format::GgmlType::Q4_K) if tc_ra => 16,
             WeightFormat::Dense(_) => 8,
             WeightFormat::Affine(_)
             | WeightFormat::AffineU8 { .. }
@@ -127,7 +139,13 @@ pub fn plan(parts: &MoeBlockParts, backend: Backend, x: &Tensor, forced: MoePath
             MoePath::TensorCore
         }
         MoePath::Auto => match (&decode, &tc) {
-            (None, None) if t <= decode_max_tokens(parts.down.format(), x.dtype()) => {
+            (None, None)
+                if t <= decode_max_tokens(
+                    parts.down.format(),
+                    x.dtype(),
+                    crate::cuda::ops::tc_moe::ra_format(parts.down.format(), x),
+                ) =>
+            {
                 MoePath::Decode
             }
             (_, None) => MoePath::TensorCore,
@@ -160,25 +178,38 @@ mod tests {
             group_size: 64,
         });
         for dt in [DType::Bf16, DType::F16] {
-            assert_eq!(decode_max_tokens(a4, dt), 32);
-            assert_eq!(decode_max_tokens(a8, dt), 32);
+            assert_eq!(decode_max_tokens(a4, dt, false), 32);
+            assert_eq!(decode_max_tokens(a8, dt, false), 32);
             assert_eq!(
-                decode_max_tokens(WeightFormat::Ggml(GgmlType::Q8_0), dt),
+                decode_max_tokens(WeightFormat::Ggml(GgmlType::Q8_0), dt, false),
                 32
             );
             assert_eq!(
-                decode_max_tokens(WeightFormat::Ggml(GgmlType::Q4_K), dt),
+                decode_max_tokens(WeightFormat::Ggml(GgmlType::Q4_K), dt, false),
                 32
             );
-            assert_eq!(decode_max_tokens(WeightFormat::Dense(DType::Bf16), dt), 8);
+            assert_eq!(
+                decode_max_tokens(WeightFormat::Dense(DType::Bf16), dt, false),
+                8
+            );
+            // With tc_ra on the tensor-core path (sm_90a).
+            assert_eq!(decode_max_tokens(a4, dt, true), 24);
+            assert_eq!(
+                decode_max_tokens(WeightFormat::Ggml(GgmlType::Q4_K), dt, true),
+                16
+            );
+            assert_eq!(
+                decode_max_tokens(WeightFormat::Ggml(GgmlType::Q8_0), dt, true),
+                32
+            );
         }
-        assert_eq!(decode_max_tokens(a4, DType::F32), 8);
+        assert_eq!(decode_max_tokens(a4, DType::F32, false), 8);
         assert_eq!(
-            decode_max_tokens(WeightFormat::Ggml(GgmlType::Q4_K), DType::F32),
+            decode_max_tokens(WeightFormat::Ggml(GgmlType::Q4_K), DType::F32, false),
             4
         );
         assert_eq!(
-            decode_max_tokens(WeightFormat::Dense(DType::Bf16), DType::F32),
+            decode_max_tokens(WeightFormat::Dense(DType::Bf16), DType::F32, false),
             1
         );
     }

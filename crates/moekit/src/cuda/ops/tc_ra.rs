@@ -90,22 +90,43 @@ pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Resu
 }
 
 /// The largest tile (rows) at which `tc_ra` runs a format, 0 for none:
-/// where it measured faster than the staged kernel (H100, qwen3-30b-a3b,
-/// graph replay, both kernels in one device call; the README's
-/// tensor-core section has the table). Only these tiles have instances.
+/// where it measured faster than the staged kernel, both kernels in one
+/// device call (qwen3-30b-a3b, graph replay; tiles of 16 rows at T = 16 and
+/// 64, 64 rows at T = 512, 128 at T = 4096). tc_ra / staged time, H200
+/// (`bench/results/h200/tc_ra_2026-11-28/`), T = 16 / 64 / 512 / 4096:
+///
+/// | format | ratios | max tile |
+/// |---|---|---|
+/// | affine4-g64 | 0.72 0.72 0.76 0.98 | 128 |
+/// | affine8-g64 | 0.67 0.66 0.79 0.96 | 128 |
+/// | iq4_xs | 0.72 0.72 0.77 0.77 | 128 |
+/// | q4_k | 0.76 0.74 0.88 0.80 | 128 |
+/// | affine2-g64 | 0.91 0.89 0.94 1.27 | 64 |
+/// | affine3-g64 | 0.91 0.90 0.99 1.31 | 64 |
+/// | mxfp4 | 0.81 0.81 0.84 1.03 | 64 |
+/// | q4_0 | 0.85 0.85 0.86 1.11 | 64 |
+/// | fp8-b128 | 0.92 0.91 1.01 1.30 | 16 |
+/// | q8_0 | 0.96 0.96 1.16 1.17 | 16 |
+/// | q5_k | 1.00 1.00 1.02 1.10 | 0 |
+/// | q6_k | 1.15 1.14 0.98 1.21 | 0 |
+/// | q3_k | 1.15 1.15 1.19 1.16 | 0 |
+///
+/// Group sizes share their format's row (one instance). Dense weights stay
+/// staged (copied straight into the tiles: bf16 on H100 T = 512 / 4096
+/// 0.52 / 1.05 ms staged, 0.65 / 1.57 on tc_ra); formats not measured yet
+/// stay staged. Only these tiles have instances.
 pub fn max_tile(format: WeightFormat) -> usize {
     use crate::format::GgmlType as G;
     match format {
-        // Dense weights: the staged kernel copies them straight into its
-        // tiles (bf16 T = 512 / 4096: 0.52 / 1.05 ms staged, 0.65 / 1.57
-        // on tc_ra).
-        WeightFormat::Dense(_) => 0,
-        WeightFormat::Affine(p) if p.bits == 4 => 128,
-        WeightFormat::Ggml(G::Q4_K) => 128,
-        // Q8_0: faster at 16-row tiles only (T = 16: 0.292 vs 0.302 ms;
-        // T = 512, 64 rows: 0.645 vs 0.548).
-        WeightFormat::Ggml(G::Q8_0) => 32,
-        _ => 64,
+        WeightFormat::Affine(p) => match p.bits {
+            4 | 8 => 128,
+            2 | 3 => 64,
+            _ => 0,
+        },
+        WeightFormat::Ggml(G::IQ4_XS | G::Q4_K) => 128,
+        WeightFormat::Ggml(G::MXFP4 | G::Q4_0) => 64,
+        WeightFormat::Ggml(G::Q8_0) | WeightFormat::Fp8Block { .. } => 16,
+        _ => 0,
     }
 }
 
@@ -190,7 +211,7 @@ pub fn permute_into(x: &Tensor, out: &Tensor) -> Result<()> {
         x.dtype(),
     )?;
     ensure(
-        x.rank() == 2 && x.shape()[1] % SPAN == 0,
+        x.rank() == 2 && x.shape()[1].is_multiple_of(SPAN),
         OP,
         "x",
         format!("[rows, K] with K a multiple of {SPAN}"),
