@@ -3,6 +3,7 @@
 
 use moekit::cpu::{with_act_mode, ActMode};
 use moekit::moe::MoeBlock;
+use moekit::ops::sort::{expert_sort_on, ExpertSort};
 use moekit::{Backend, DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 
@@ -83,3 +84,23 @@ pub fn cpu_forward(b: &MoeBlock, x: &Tensor) -> Vec<f32> {
 
 /// Token counts every op is tested at.
 pub const TOKENS: [usize; 6] = [1, 2, 7, 64, 333, 4096];
+
+/// A random routing of `t` tokens × `k` slots over `e` experts (experts in
+/// `empty` get none; with `one`, every slot goes to one expert), sorted on the CPU.
+pub fn sort_of(t: usize, k: usize, e: usize, empty: &[usize], one: bool, seed: u64) -> ExpertSort {
+    let mut r = rng(seed);
+    let live: Vec<u32> = (0..e as u32)
+        .filter(|x| !empty.contains(&(*x as usize)))
+        .collect();
+    let ids: Vec<u32> = (0..t * k)
+        .map(|i| {
+            if one {
+                live[0]
+            } else {
+                live[(r.random_range(0..live.len()) + i) % live.len()]
+            }
+        })
+        .collect();
+    let ids = Tensor::from_slice(&ids, &[t, k]).unwrap();
+    expert_sort_on(Backend::CpuReference, &ids, e).unwrap()
+}

@@ -24,12 +24,11 @@ use moekit::ops::act::{gather_swiglu_on, GateUp};
 use moekit::ops::gather_mm::{gather_mm_on, RowExperts};
 use moekit::ops::permute::permute_on;
 use moekit::ops::route::{RouterConfig, RouterKind};
-use moekit::ops::sort::{expert_sort_on, ExpertSort};
+use moekit::ops::sort::ExpertSort;
 use moekit::testing::cuda::tc_gemm::{
     matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
 };
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
-use rand::Rng;
 
 fn weights(f: WeightFormat, e: usize, n: usize, k: usize, scale: DType, seed: u64) -> QuantWeights {
     random_weights(f, e, n, k, scale, seed, &|| {}).unwrap()
@@ -38,26 +37,6 @@ fn weights(f: WeightFormat, e: usize, n: usize, k: usize, scale: DType, seed: u6
 fn round_k(f: WeightFormat, target: usize) -> usize {
     let g = f.k_granularity().max(8);
     target.div_ceil(g) * g
-}
-
-/// A random routing of `t` tokens × `k` slots over `e` experts (experts in
-/// `empty` get none; with `one`, every slot goes to one expert), sorted on the CPU.
-fn sort_of(t: usize, k: usize, e: usize, empty: &[usize], one: bool, seed: u64) -> ExpertSort {
-    let mut r = rng(seed);
-    let live: Vec<u32> = (0..e as u32)
-        .filter(|x| !empty.contains(&(*x as usize)))
-        .collect();
-    let ids: Vec<u32> = (0..t * k)
-        .map(|i| {
-            if one {
-                live[0]
-            } else {
-                live[(r.random_range(0..live.len()) + i) % live.len()]
-            }
-        })
-        .collect();
-    let ids = Tensor::from_slice(&ids, &[t, k]).unwrap();
-    expert_sort_on(Backend::CpuReference, &ids, e).unwrap()
 }
 
 struct Case {

@@ -19,13 +19,13 @@ use moekit::format::{AffineParams, GgmlType};
 use moekit::ops::act::{gather_swiglu_on, GateUp};
 use moekit::ops::gather_mm::{gather_mm_on, RowExperts};
 use moekit::ops::permute::permute_on;
-use moekit::ops::sort::{expert_sort_on, ExpertSort};
+use moekit::ops::sort::ExpertSort;
+
 use moekit::testing::cuda::tc_gemm::TcRows;
 use moekit::testing::cuda::tc_ra::{
     matmul_into, max_tile, permute_into, ra_logical, swiglu_into, tile_rows, SPAN,
 };
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
-use rand::Rng;
 
 fn weights(f: WeightFormat, e: usize, n: usize, k: usize, seed: u64) -> QuantWeights {
     random_weights(f, e, n, k, DType::F16, seed, &|| {}).unwrap()
@@ -45,24 +45,6 @@ fn host_permute(v: &[f32], k: usize) -> Vec<f32> {
         }
     }
     out
-}
-
-fn sort_of(t: usize, k: usize, e: usize, empty: &[usize], one: bool, seed: u64) -> ExpertSort {
-    let mut r = rng(seed);
-    let live: Vec<u32> = (0..e as u32)
-        .filter(|x| !empty.contains(&(*x as usize)))
-        .collect();
-    let ids: Vec<u32> = (0..t * k)
-        .map(|i| {
-            if one {
-                live[0]
-            } else {
-                live[(r.random_range(0..live.len()) + i) % live.len()]
-            }
-        })
-        .collect();
-    let ids = Tensor::from_slice(&ids, &[t, k]).unwrap();
-    expert_sort_on(Backend::CpuReference, &ids, e).unwrap()
 }
 
 /// Plain and SwiGLU GEMMs of `t` tokens × `k` slots over `e` experts, N

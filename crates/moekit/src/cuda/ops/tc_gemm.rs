@@ -314,12 +314,18 @@ pub fn supports(
 }
 
 /// The kernel name expression.
-pub(crate) fn kernel_name(w: &QuantWeights, dtype: DType, p: usize, bm: usize) -> Result<String> {
+pub(crate) fn kernel_name(
+    template: &'static str,
+    w: &QuantWeights,
+    dtype: DType,
+    p: usize,
+    bm: usize,
+) -> Result<String> {
     let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
     Ok(format!(
-        "moekit::tc_gemm<{}, {}, {p}, {bm}>",
+        "moekit::{template}<{}, {}, {p}, {bm}>",
         format_type(w.format(), scale_dtype)?,
-        ctype("tc_gemm", dtype)?
+        ctype(template, dtype)?
     ))
 }
 
@@ -391,20 +397,8 @@ pub(crate) enum Kernel {
     RegA { perm_out: bool },
 }
 
-/// Validates, fills the params and launches `tc_gemm<F, T, P, BM>`.
-fn run(
-    op: &'static str,
-    x: &Tensor,
-    srcs: [(&QuantWeights, usize); 2],
-    p_sources: usize,
-    n: usize,
-    rows: TcRows<'_>,
-    out: &Tensor,
-) -> Result<()> {
-    run_kernel(Kernel::Staged, op, x, srcs, p_sources, n, rows, out)
-}
-
-/// [`run`] on the kernel `kernel`: one validation for both kernels.
+/// Validates, fills the params and launches `tc_gemm<F, T, P, BM>` or
+/// `tc_ra<F, T, P, BM>` (`kernel`): one validation for both kernels.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_kernel(
     kernel: Kernel,
@@ -475,7 +469,7 @@ pub(crate) fn run_kernel(
     let (bm, smem, source, name, flags) = match kernel {
         Kernel::Staged => {
             let bm = launch_tile_rows(m, e, n.div_ceil(bn), w, x.dtype(), dev.smem_optin());
-            let name = kernel_name(w, x.dtype(), p_sources, bm)?;
+            let name = kernel_name("tc_gemm", w, x.dtype(), p_sources, bm)?;
             (bm, smem_bytes(w, x.dtype(), bm), &SRC, name, 0)
         }
         Kernel::RegA { perm_out } => {
@@ -495,7 +489,7 @@ pub(crate) fn run_kernel(
                     ));
                 }
             }
-            let name = tc_ra::kernel_name(w, x.dtype(), p_sources, bm)?;
+            let name = kernel_name("tc_ra", w, x.dtype(), p_sources, bm)?;
             let flags = if perm_out && p_sources == 2 {
                 tc_ra::PERM_OUT
             } else {
@@ -552,7 +546,16 @@ pub(crate) fn run_kernel(
 
 /// `out [M, N] = x · W[e(row)]ᵀ` on tensor cores (see [`TcRows`] for M).
 pub fn matmul_into(x: &Tensor, w: &QuantWeights, rows: TcRows<'_>, out: &Tensor) -> Result<()> {
-    run("tc_gemm", x, [(w, 0), (w, 0)], 1, w.rows(), rows, out)
+    run_kernel(
+        Kernel::Staged,
+        "tc_gemm",
+        x,
+        [(w, 0), (w, 0)],
+        1,
+        w.rows(),
+        rows,
+        out,
+    )
 }
 
 /// [`matmul_into`] for dense f32 weights with each weight split into
@@ -593,9 +596,9 @@ pub fn split_matmul_into(
             None,
             None,
         )?;
-        return run(OP, x, [(&hl, 0), (&hl, n)], 3, n, rows, out);
+        return run_kernel(Kernel::Staged, OP, x, [(&hl, 0), (&hl, n)], 3, n, rows, out);
     }
-    run(OP, x, [(w, 0), (w, 0)], 3, n, rows, out)
+    run_kernel(Kernel::Staged, OP, x, [(w, 0), (w, 0)], 3, n, rows, out)
 }
 
 /// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on tensor cores into `out [M, I]`; gate and
@@ -612,7 +615,7 @@ pub fn swiglu_into(x: &Tensor, w: &GateUp, rows: TcRows<'_>, out: &Tensor) -> Re
         }
         GateUp::Fused(wf) => [(wf, 0), (wf, i)],
     };
-    run(OP, x, srcs, 2, i, rows, out)
+    run_kernel(Kernel::Staged, OP, x, srcs, 2, i, rows, out)
 }
 
 /// The weights of gate/up when gate and up share one instance (always for

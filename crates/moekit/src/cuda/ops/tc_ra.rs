@@ -155,16 +155,6 @@ pub fn runs_tile(w: &QuantWeights, bm: usize) -> bool {
     bm <= max_tile(w.format()) || use_mode() == Use::Everywhere
 }
 
-/// The kernel name expression.
-pub(crate) fn kernel_name(w: &QuantWeights, dtype: DType, p: usize, bm: usize) -> Result<String> {
-    let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
-    Ok(format!(
-        "moekit::tc_ra<{}, {}, {p}, {bm}>",
-        format_type(w.format(), scale_dtype)?,
-        ctype("tc_ra", dtype)?
-    ))
-}
-
 /// Instances for the compile check: every decoder type × {f16, bf16} ×
 /// {plain, SwiGLU} × the [`TILE_ROWS`] up to its [`max_tile`], and the
 /// permutation kernel.
