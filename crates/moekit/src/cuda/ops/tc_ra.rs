@@ -12,7 +12,7 @@
 //! product, summed in an order fixed by K (deterministic, batch-invariant).
 //!
 //! [`supports`] says whether an operand set fits and why not;
-//! `crate::cuda::ops::tc_moe::expert_kernel` is the one place the MoE block
+//! `crate::cuda::ops::tc_moe::expert_kernels` is the one place the MoE block
 //! picks this kernel or the staged one.
 
 use super::gather_mm::{all_format_types, format_type};
