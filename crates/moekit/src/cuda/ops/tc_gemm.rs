@@ -604,26 +604,38 @@ pub fn split_matmul_into(
 /// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on tensor cores into `out [M, I]`; gate and
 /// up must share a format and scale dtype (always true of fused weights).
 pub fn swiglu_into(x: &Tensor, w: &GateUp, rows: TcRows<'_>, out: &Tensor) -> Result<()> {
-    const OP: &str = "tc_swiglu";
+    run_swiglu(Kernel::Staged, "tc_swiglu", x, w, rows, out)
+}
+
+/// The SwiGLU GEMM on `kernel`: gate and up as the two weight sources of
+/// one instance (separate weights of one format, or the halves of fused
+/// ones).
+pub(crate) fn run_swiglu(
+    kernel: Kernel,
+    op: &'static str,
+    x: &Tensor,
+    w: &GateUp,
+    rows: TcRows<'_>,
+    out: &Tensor,
+) -> Result<()> {
     let i = w.intermediate();
     let srcs = match w {
         GateUp::Separate { gate, up } => {
             if let Some(why) = mixed(gate, up) {
-                return Err(invalid(OP, "gate_up", "gate and up of one format", why));
+                return Err(invalid(op, "gate_up", "gate and up of one format", why));
             }
             [(gate, 0), (up, 0)]
         }
         GateUp::Fused(wf) => [(wf, 0), (wf, i)],
     };
-    run_kernel(Kernel::Staged, OP, x, srcs, 2, i, rows, out)
+    run_kernel(kernel, op, x, srcs, 2, i, rows, out)
 }
 
-/// The weights of gate/up when gate and up share one instance (always for
-/// fused weights), else None.
-pub(crate) fn one_format(w: &GateUp) -> Option<&QuantWeights> {
+/// Whether gate and up share one instance (always true of fused weights).
+pub(crate) fn one_instance(w: &GateUp) -> bool {
     match w {
-        GateUp::Separate { gate, up } => mixed(gate, up).is_none().then_some(gate),
-        GateUp::Fused(wf) => Some(wf),
+        GateUp::Separate { gate, up } => mixed(gate, up).is_none(),
+        GateUp::Fused(_) => true,
     }
 }
 

@@ -85,31 +85,24 @@ pub(crate) fn expert_kernels(
     x: &Tensor,
     m: usize,
 ) -> ExpertKernels {
-    let on = tc_ra::use_mode() != tc_ra::Use::Never;
     let staged = ExpertKernels {
         gate_up: Kernel::Staged,
         down: Kernel::Staged,
     };
-    let arch = match x.device() {
-        crate::Device::Cuda(n) => crate::cuda::device(n).map(|d| d.arch()).ok(),
-        _ => None,
-    };
-    let Some(arch) = arch.filter(|_| on) else {
+    let Some(arch) = ra_arch(x) else {
         return staged;
     };
     // Where the staged kernel takes 256-row tiles (over 256 rows an
     // expert), its larger tile wins (H100 graph ms, staged vs tc_ra at 128:
-    // mixtral-8x7b T = 4096 affine4 7.38 vs 7.89, q4_k 7.31 vs 7.60).
-    if tc_gemm::tile_rows(m, gate_up.n_experts(), 1) > tc_ra::TILE_ROWS[tc_ra::TILE_ROWS.len() - 1]
-    {
+    // mixtral-8x7b T = 4096 affine4 7.38 vs 7.89, q4_k 7.31 vs 7.60), so
+    // tc_ra runs only where its tile (at most 128 rows) is the staged one.
+    let bm = tc_gemm::tile_rows(m, gate_up.n_experts(), 1);
+    if bm > tc_ra::TILE_ROWS[tc_ra::TILE_ROWS.len() - 1] {
         return staged;
     }
-    let bm = tc_ra::tile_rows(m, gate_up.n_experts(), 1);
     let takes =
         |w: &QuantWeights| tc_ra::supports(x.dtype(), w, arch).is_ok() && tc_ra::runs_tile(w, bm);
-    let gu = tc_gemm::one_format(gate_up).is_some_and(takes)
-        && gate_up.sources().iter().all(|(w, _)| takes(w));
-    if !gu {
+    if !tc_gemm::one_instance(gate_up) || !gate_up.sources().iter().all(|(w, _)| takes(w)) {
         return staged;
     }
     let dn = takes(down) && gate_up.intermediate().is_multiple_of(tc_ra::SPAN);
@@ -126,11 +119,20 @@ pub(crate) fn expert_kernels(
 /// Whether the tensor-core path runs experts of `format` on `tc_ra` for
 /// `x` at its smallest tiles (the planner's crossover depends on it).
 pub(crate) fn ra_format(format: WeightFormat, x: &Tensor) -> bool {
-    let sm90 = match x.device() {
-        crate::Device::Cuda(n) => crate::cuda::device(n).is_ok_and(|d| d.arch().major == 9),
-        _ => false,
-    };
-    sm90 && tc_ra::use_mode() != tc_ra::Use::Never && tc_ra::max_tile(format) >= tc_ra::TILE_ROWS[0]
+    ra_arch(x).is_some_and(|a| tc_ra::supports_arch(a).is_ok())
+        && tc_ra::max_tile(format) >= tc_ra::TILE_ROWS[0]
+}
+
+/// The architecture of `x`'s CUDA device while `tc_ra` is enabled
+/// (`MOEKIT_TC_RA` not `0`); None elsewhere.
+fn ra_arch(x: &Tensor) -> Option<crate::cuda::Arch> {
+    if tc_ra::use_mode() == tc_ra::Use::Never {
+        return None;
+    }
+    match x.device() {
+        crate::Device::Cuda(n) => crate::cuda::device(n).map(|d| d.arch()).ok(),
+        _ => None,
+    }
 }
 
 /// How the router matmul runs: on tensor cores where the weights reach the

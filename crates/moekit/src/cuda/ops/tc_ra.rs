@@ -59,15 +59,22 @@ pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize) -> usize {
     tc_gemm::tile_rows(m, n_experts, col_blocks).min(TILE_ROWS[TILE_ROWS.len() - 1])
 }
 
-/// Whether `tc_ra` takes activations of `dtype` against `w` on a device of
-/// `arch`; the reason when it does not.
-pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Result<(), String> {
+/// Whether `tc_ra` runs on a device of `arch` (sm_90a: wgmma); the reason
+/// when not.
+pub fn supports_arch(arch: Arch) -> std::result::Result<(), String> {
     if arch.major != 9 {
         return Err(format!(
             "sm_{}{}: the register-operand GEMM needs sm_90a (wgmma)",
             arch.major, arch.minor
         ));
     }
+    Ok(())
+}
+
+/// Whether `tc_ra` takes activations of `dtype` against `w` on a device of
+/// `arch`; the reason when it does not.
+pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Result<(), String> {
+    supports_arch(arch)?;
     if !matches!(dtype, DType::F16 | DType::Bf16) {
         return Err(format!("{dtype} activations: it multiplies bf16 or f16"));
     }
@@ -270,16 +277,7 @@ pub fn swiglu_into(
             i,
         ));
     }
-    let srcs = match w {
-        GateUp::Separate { gate, up } => {
-            if let Some(why) = tc_gemm::mixed(gate, up) {
-                return Err(invalid(OP, "gate_up", "gate and up of one format", why));
-            }
-            [(gate, 0), (up, 0)]
-        }
-        GateUp::Fused(wf) => [(wf, 0), (wf, i)],
-    };
-    tc_gemm::run_kernel(Kernel::RegA { perm_out }, OP, x_perm, srcs, 2, i, rows, out)
+    tc_gemm::run_swiglu(Kernel::RegA { perm_out }, OP, x_perm, w, rows, out)
 }
 
 #[cfg(test)]
