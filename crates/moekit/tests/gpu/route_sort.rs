@@ -616,7 +616,7 @@ fn host_u32(t: &Tensor) -> Vec<u32> {
 #[test]
 fn sort_matches_cpu_exactly() {
     let dev = gpu();
-    // Every T × k ∈ {1, 8, 32}, plus both sides of the one-warp limit (1024 slots).
+    // Every T × k ∈ {1, 8, 32}, plus both sides of the one-block limit (1024 slots).
     let mut shapes: Vec<(usize, usize)> = TOKENS
         .iter()
         .flat_map(|&t| [(t, 1), (t, 8), (t, 32)])
@@ -683,7 +683,7 @@ fn sort_matches_cpu_exactly() {
 fn sort_out_of_range_ids_are_reported_and_contained() {
     let dev = gpu();
     let e = 16usize;
-    // One-warp path (6 slots) and the multi-range path (5600 slots).
+    // One-block path (6 slots) and the multi-range path (5600 slots).
     for (t, k) in [(3usize, 2usize), (700, 8)] {
         let n = t * k;
         let mut r = rng(n as u64);

@@ -2,9 +2,9 @@
 //! ids `u32 [T, k]` → [`ExpertSort`] (`offsets [E+1]`, `sorted [T·k]`,
 //! `inverse [T·k]`), stable and deterministic, equal to the CPU result.
 //!
-//! Up to [`RANGE`] slots: one kernel, one warp. Beyond: three kernels
-//! (per-range histograms, scan, stable scatter) with a scratch buffer of
-//! `ceil(T·k / RANGE) × (E+1)` u32.
+//! Up to [`RANGE`] slots: one kernel, one block. Beyond: three kernels
+//! (per-range histograms, scan, stable scatter; a block per range) with a
+//! scratch buffer of `ceil(T·k / RANGE) × (E+1)` u32.
 //!
 //! An id ≥ E is reported through the device error word (the next copy to the
 //! host fails, naming the expert id) and sorted as a virtual expert E after
@@ -25,10 +25,11 @@ static SRC: Source = Source {
 };
 
 const OP: &str = "expert_sort";
-/// Slots per warp range: `sort::kRange` in the kernel.
+/// Slots per range (one block): `sort::kRange` in the kernel.
 pub const RANGE: usize = 1024;
-/// Warps per block of the count and scatter kernels: `sort::kWarps`.
-const WARPS: usize = 4;
+/// Warps per block (each walks `RANGE / WARPS` slots of the range):
+/// `sort::kWarps`.
+const WARPS: usize = 8;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -166,25 +167,26 @@ pub fn expert_sort_into(ids: &Tensor, n_experts: usize, out: &ExpertSort) -> Res
     };
     let words = |w: usize| (w * 4) as u32;
     if counts.is_none() {
-        // One warp: also for n == 0, so that offsets are written (all zero).
+        // One block: also for n == 0, so that offsets are written (all zero).
         let geo = Geometry {
             grid: (1, 1, 1),
-            block: (32, 1, 1),
-            shared: words(cols + 32),
+            block: (32 * WARPS as u32, 1, 1),
+            shared: words((WARPS + 1) * cols + 32),
         };
         // SAFETY: n ≤ RANGE slots: ids, sorted and inverse hold n u32, offsets
-        // E+1, on `dev`; shared memory holds the E+1 histogram and 32 words of
-        // scan scratch; positions written are < n (checked in the kernel).
+        // E+1, on `dev`; shared memory holds a histogram of E+1 words per
+        // warp, the E+1 totals and 32 words of scan scratch; positions
+        // written are < n (checked in the kernel).
         return unsafe { launch(&dev, &SRC, KERNELS[0], geo, p, "sort_single") };
     }
     let per_range = Geometry {
-        grid: (n_ranges.div_ceil(WARPS) as u32, 1, 1),
+        grid: (n_ranges as u32, 1, 1),
         block: (32 * WARPS as u32, 1, 1),
         shared: words(WARPS * cols),
     };
-    // SAFETY: warp w of block b handles range r = 4b + w < n_ranges (slots
-    // r·RANGE.. < n of ids) and writes row r of counts [n_ranges, E+1];
-    // shared memory is 4 histograms of E+1 words.
+    // SAFETY: block r handles range r < n_ranges (slots r·RANGE.. < n of
+    // ids) and writes row r of counts [n_ranges, E+1]; shared memory is a
+    // histogram of E+1 words per warp.
     unsafe { launch(&dev, &SRC, KERNELS[1], per_range, p, "sort_count") }?;
     let scan = Geometry {
         grid: (1, 1, 1),
