@@ -6,11 +6,14 @@
 //! Every instance for every architecture is over 4 000 compiles (about 70
 //! CPU-minutes on a 2-core VM, more than CI's 30-minute budget), so by
 //! default this compiles a covering set ([`covering`]): on sm_90a every
-//! instance except that the tile size of the tensor-core GEMMs rotates
-//! over the formats, on sm_80 (where only the arch-guarded MMA and launch
-//! code differs) one instance of each template per format or type. Each
-//! template, format, activation type and tile size is compiled at least
-//! once per architecture. `MOEKIT_NVRTC_ALL=1` compiles everything.
+//! instance except that a template's last argument (the tile size of the
+//! tensor-core GEMMs, the activation type of the decode kernels, ...)
+//! rotates over the others, on sm_80 (where only the arch-guarded MMA and
+//! launch code differs) one instance of each template per format or type.
+//! Each template, format, activation type and tile size is compiled at
+//! least once per architecture (a unit test below checks it). The GPU runs
+//! compile every instance (`gpu-bundle/warm_cache`). `MOEKIT_NVRTC_ALL=1`
+//! compiles everything here.
 
 use moekit::cuda::Arch;
 use moekit::testing::cuda::{all_instances, compile, instance_arches, Source};
@@ -39,14 +42,11 @@ fn template_args(expr: &str) -> (&str, Vec<&str>) {
     (&expr[..open], args)
 }
 
-/// Templates whose last argument is a tile size (rows of a tile).
-const TILED: [&str; 2] = ["moekit::tc_gemm", "moekit::tc_ra"];
-
 /// The covering set of (arch, instance) compiles: instances sharing a group
 /// key keep one member, the `i`-th group its `i mod len`-th member (so the
-/// dropped argument values rotate). sm_90a: tiled templates grouped by every
-/// argument but the tile; sm_80: every template grouped by its first
-/// argument (the format or type), so each format meets each template once.
+/// dropped argument values rotate). sm_90a: instances of two or more
+/// arguments grouped by every argument but the last; sm_80: by the first argument (the format or
+/// type), so each format meets each template once.
 fn covering<'a>(
     instances: &'a [(&'static Source, String)],
 ) -> Vec<(Arch, &'a (&'static Source, String))> {
@@ -59,7 +59,7 @@ fn covering<'a>(
         {
             let (tmpl, args) = template_args(&inst.1);
             let key = match arch {
-                Arch::SM90 if TILED.contains(&tmpl) => {
+                Arch::SM90 if args.len() >= 2 => {
                     format!("{tmpl}<{}>", args[..args.len() - 1].join(", "))
                 }
                 Arch::SM90 => inst.1.clone(),
