@@ -117,9 +117,9 @@ __device__ __forceinline__ void count_range(const SortParams& p, u32 r, bool rep
   __syncthreads();
 }
 
-// Block: column c of the table becomes start[c] plus the counts of the warps
-// before each row (each warp's first position per key); returns nothing, the
-// caller syncs before reading rows of other warps.
+// Block: column c of the table becomes start[c] (0 where start is null)
+// plus the counts of the rows before it: each warp's first position per key.
+// The caller syncs before a warp reads its row.
 __device__ __forceinline__ void rows_to_starts(u32* table, u32 cols, const u32* start) {
   for (u32 c = threadIdx.x; c < cols; c += blockDim.x) {
     u32 run = start != nullptr ? start[c] : 0u;
