@@ -117,12 +117,22 @@ __device__ __forceinline__ void count_range(const SortParams& p, u32 r, bool rep
   __syncthreads();
 }
 
-// Block: column c of the table becomes start[c] (0 where start is null)
-// plus the counts of the rows before it: each warp's first position per key.
-// The caller syncs before a warp reads its row.
+// Block: out[c] = the sum of column c of the table over the warps' rows.
+__device__ __forceinline__ void column_totals(const u32* table, u32 cols, u32* out) {
+  for (u32 c = threadIdx.x; c < cols; c += blockDim.x) {
+    u32 t = 0;
+#pragma unroll
+    for (u32 w = 0; w < kWarps; ++w) t += table[w * cols + c];
+    out[c] = t;
+  }
+}
+
+// Block: column c of the table becomes start[c] plus the counts of the rows
+// before it: each warp's first position per key. The caller syncs before a
+// warp reads its row.
 __device__ __forceinline__ void rows_to_starts(u32* table, u32 cols, const u32* start) {
   for (u32 c = threadIdx.x; c < cols; c += blockDim.x) {
-    u32 run = start != nullptr ? start[c] : 0u;
+    u32 run = start[c];
 #pragma unroll
     for (u32 w = 0; w < kWarps; ++w) {
       const u32 x = table[w * cols + c];
@@ -169,7 +179,6 @@ __device__ void block_exclusive_scan(u32* v, u32 n, u32* scratch) {
   __syncthreads();
 }
 
-
 }  // namespace sort
 
 // n ≤ sort::kRange: one block; shared memory (kWarps + 1)·(E + 1) + 32 words.
@@ -181,12 +190,7 @@ __global__ void __launch_bounds__(sort::kThreads) sort_single(const __grid_const
   u32 key[sort::kPerLane];
   sort::count_range(p, 0, true, key, table);
   // Totals per key, then their exclusive sum: the offsets.
-  for (u32 c = threadIdx.x; c < cols; c += blockDim.x) {
-    u32 t = 0;
-#pragma unroll
-    for (u32 w = 0; w < sort::kWarps; ++w) t += table[w * cols + c];
-    total[c] = t;
-  }
+  sort::column_totals(table, cols, total);
   sort::block_exclusive_scan(total, cols, total + cols);
   for (u32 c = threadIdx.x; c < cols; c += blockDim.x) p.offsets[c] = total[c];
   sort::rows_to_starts(table, cols, total);
@@ -201,13 +205,7 @@ __global__ void __launch_bounds__(sort::kThreads) sort_count(const __grid_consta
   if (r >= p.n_ranges) return;
   u32 key[sort::kPerLane];
   sort::count_range(p, r, true, key, sort_smem);
-  u32* row = p.counts + (u64)r * cols;
-  for (u32 c = threadIdx.x; c < cols; c += blockDim.x) {
-    u32 t = 0;
-#pragma unroll
-    for (u32 w = 0; w < sort::kWarps; ++w) t += sort_smem[w * cols + c];
-    row[c] = t;
-  }
+  sort::column_totals(sort_smem, cols, p.counts + (u64)r * cols);
 }
 
 // One block of 1024 threads; shared memory (E + 1 + 32) words. Each thread

@@ -45,8 +45,8 @@ fn template_args(expr: &str) -> (&str, Vec<&str>) {
 /// The covering set of (arch, instance) compiles: instances sharing a group
 /// key keep one member, the `i`-th group its `i mod len`-th member (so the
 /// dropped argument values rotate). sm_90a: instances of two or more
-/// arguments grouped by every argument but the last; sm_80: by the first argument (the format or
-/// type), so each format meets each template once.
+/// arguments grouped by every argument but the last; sm_80: by the first
+/// argument (the format or type), so each format meets each template once.
 fn covering<'a>(
     instances: &'a [(&'static Source, String)],
 ) -> Vec<(Arch, &'a (&'static Source, String))> {
@@ -89,31 +89,31 @@ fn template_args_split_top_level_commas() {
     );
 }
 
+/// Every (template, argument position, argument) of `instances`.
+fn arg_values<'a>(
+    instances: impl Iterator<Item = &'a (&'static Source, String)>,
+) -> std::collections::BTreeSet<(String, usize, String)> {
+    instances
+        .flat_map(|i| {
+            let (t, a) = template_args(&i.1);
+            a.into_iter()
+                .enumerate()
+                .map(move |(n, v)| (t.to_string(), n, v.to_string()))
+        })
+        .collect()
+}
+
 #[test]
 fn covering_set_meets_every_template_argument_on_both_arches() {
     let instances = all_instances();
     let jobs = covering(&instances);
     for arch in [Arch::SM90, Arch::SM80] {
-        let want: std::collections::BTreeSet<(String, usize, String)> = instances
-            .iter()
-            .filter(|i| instance_arches(i.0).contains(&arch))
-            .flat_map(|i| {
-                let (t, a) = template_args(&i.1);
-                a.into_iter()
-                    .enumerate()
-                    .map(move |(n, v)| (t.to_string(), n, v.to_string()))
-            })
-            .collect();
-        let got: std::collections::BTreeSet<(String, usize, String)> = jobs
-            .iter()
-            .filter(|(a, _)| *a == arch)
-            .flat_map(|(_, i)| {
-                let (t, a) = template_args(&i.1);
-                a.into_iter()
-                    .enumerate()
-                    .map(move |(n, v)| (t.to_string(), n, v.to_string()))
-            })
-            .collect();
+        let want = arg_values(
+            instances
+                .iter()
+                .filter(|i| instance_arches(i.0).contains(&arch)),
+        );
+        let got = arg_values(jobs.iter().filter(|(a, _)| *a == arch).map(|(_, i)| *i));
         let missing: Vec<_> = want.difference(&got).collect();
         assert!(missing.is_empty(), "{arch:?}: never compiled: {missing:?}");
     }
