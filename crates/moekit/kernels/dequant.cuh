@@ -205,6 +205,35 @@ __device__ __forceinline__ QRow make_row(const u8* data, const u8* scales, const
   return r;
 }
 
+// Bulk L2 prefetch (sm_90: one instruction a 64 KB piece, no registers
+// held; a no-op before sm_90) of the 16-byte words inside [a, b).
+__device__ __forceinline__ void l2_prefetch(const u8* a, const u8* b) {
+#if __CUDA_ARCH__ >= 900
+  u64 lo = (reinterpret_cast<u64>(a) + 15) & ~15ull;
+  const u64 hi = reinterpret_cast<u64>(b) & ~15ull;
+  while (lo < hi) {
+    const u32 n = (u32)min(hi - lo, (u64)(64u << 10));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"(n) : "memory");
+    lo += n;
+  }
+#endif
+}
+
+// L2 prefetch of n ≥ 1 consecutive rows from row `row` of a tensor of
+// format F (make_row's layout): their data, and their scales and biases
+// where the tensor has them (null pointers are skipped).
+template <typename F>
+__device__ __forceinline__ void l2_prefetch_rows(const u8* data, const u8* scales, const u8* biases, u64 row, u32 n,
+                                                 u32 k, u32 group_shift) {
+  const u64 rb = (u64)k / F::UNIT_W * F::UNIT_BYTES;
+  l2_prefetch(data + row * rb, data + (row + n) * rb);
+  if constexpr (!is_void<typename F::Scale>::value) {
+    const u64 ab = (u64)(k >> group_shift) * sizeof(typename F::Scale);
+    if (scales != nullptr) l2_prefetch(scales + row * ab, scales + (row + n) * ab);
+    if (biases != nullptr) l2_prefetch(biases + row * ab, biases + (row + n) * ab);
+  }
+}
+
 template <typename W> __device__ __forceinline__ float widen_bits(u32 bits);
 template <> __device__ __forceinline__ float widen_bits<float>(u32 bits) { return __uint_as_float(bits); }
 template <> __device__ __forceinline__ float widen_bits<__half>(u32 bits) { return half_bits_to_f32(bits); }

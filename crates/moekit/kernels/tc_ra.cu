@@ -40,6 +40,7 @@ constexpr u32 RA_SPAN = 128;  // = MMA_SPAN: columns a lane group decodes at onc
 constexpr int RA_THREADS = 256;
 constexpr int RA_STAGES = 4;  // B stages: two in flight, one being read, one draining
 constexpr u32 RA_PERM_OUT = 256u;  // TcParams::p flag: P = 2 writes its output permuted
+constexpr u32 RA_PREFETCH = 512u;  // TcParams::p flag: the block first asks L2 for all of its weight rows
 
 // Position of column p (0..127) of a span in the MMA's k order: p = 32c +
 // 4j + e (lane c, step j, element e) is k 2c + (e & 1) + 8(e >> 1) of step j.
@@ -111,6 +112,16 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
   constexpr u32 BN = P == 1 ? TC_BROWS : TC_BROWS / 2;
   const u32 n0 = blockIdx.x * BN;
   const u32 n_spans = p.k / RA_SPAN;
+  if ((p.p & RA_PREFETCH) != 0 && tid == 0 && n0 < p.n) {
+    // Every span's weight bytes requested at once (the lanes' loads, two
+    // spans ahead, then mostly hit L2 or merge with these).
+#pragma unroll
+    for (int q = 0; q < P; ++q) {
+      const WeightSrc& s = p.src[q];
+      l2_prefetch_rows<F>(s.data, s.scales, s.biases, (u64)tile.e * s.rows + s.row_offset + n0, min(BN, p.n - n0), p.k,
+                          p.group_shift);
+    }
+  }
 
   // B copies: unit u of half h of rows r0 + 16i, i < UNITS.
   const u32 cu = tid & 7u, ch = (tid >> 3) & 1u, cr = tid >> 4;

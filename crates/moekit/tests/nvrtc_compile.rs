@@ -5,13 +5,11 @@
 //!
 //! Every instance for every architecture is over 4 000 compiles (about 70
 //! CPU-minutes on a 2-core VM, more than CI's 30-minute budget), so by
-//! default this compiles a covering set ([`covering`]): on sm_90a every
-//! instance except that a template's last argument (the tile size of the
-//! tensor-core GEMMs, the activation type of the decode kernels, ...)
-//! rotates over the others, on sm_80 (where only the arch-guarded MMA and
-//! launch code differs) one instance of each template per format or type.
-//! Each template, format, activation type and tile size is compiled at
-//! least once per architecture (a unit test below checks it). The GPU runs
+//! default this compiles a covering set ([`covering`]): on each
+//! architecture one instance of each template per format or type, the
+//! other arguments (activation type, tile size, ...) rotating. Each
+//! template, format, activation type and tile size is compiled at least
+//! once per architecture (a unit test below checks it). The GPU runs
 //! compile every instance (`gpu-bundle/warm_cache`). `MOEKIT_NVRTC_ALL=1`
 //! compiles everything here.
 
@@ -42,11 +40,11 @@ fn template_args(expr: &str) -> (&str, Vec<&str>) {
     (&expr[..open], args)
 }
 
-/// The covering set of (arch, instance) compiles: instances sharing a group
-/// key keep one member, the `i`-th group its `i mod len`-th member (so the
-/// dropped argument values rotate). sm_90a: instances of two or more
-/// arguments grouped by every argument but the last; sm_80: by the first
-/// argument (the format or type), so each format meets each template once.
+/// The covering set of (arch, instance) compiles: on each architecture the
+/// instances of a template are grouped by their first argument (the format
+/// or type), and the `i`-th group keeps its `i mod len`-th member, so each
+/// format meets each template once and the other arguments (activation
+/// type, tile size, ...) rotate over the groups.
 fn covering<'a>(
     instances: &'a [(&'static Source, String)],
 ) -> Vec<(Arch, &'a (&'static Source, String))> {
@@ -58,13 +56,7 @@ fn covering<'a>(
             .filter(|i| instance_arches(i.0).contains(&arch))
         {
             let (tmpl, args) = template_args(&inst.1);
-            let key = match arch {
-                Arch::SM90 if args.len() >= 2 => {
-                    format!("{tmpl}<{}>", args[..args.len() - 1].join(", "))
-                }
-                Arch::SM90 => inst.1.clone(),
-                _ => format!("{tmpl}<{}>", args.first().copied().unwrap_or("")),
-            };
+            let key = format!("{tmpl}<{}>", args.first().copied().unwrap_or(""));
             groups.entry(key).or_default().push(inst);
         }
         for (i, members) in groups.values().enumerate() {

@@ -490,11 +490,12 @@ pub(crate) fn run_kernel(
                 }
             }
             let name = kernel_name("tc_ra", w, x.dtype(), p_sources, bm)?;
-            let flags = if perm_out && p_sources == 2 {
-                tc_ra::PERM_OUT
-            } else {
-                0
-            };
+            let flags = tc_ra::prefetch_flag(bm)
+                | if perm_out && p_sources == 2 {
+                    tc_ra::PERM_OUT
+                } else {
+                    0
+                };
             (bm, tc_ra::smem_bytes(bm), &tc_ra::SRC, name, flags)
         }
     };

@@ -40,6 +40,21 @@ pub const TILE_ROWS: [usize; 4] = [16, 32, 64, 128];
 const STAGES: usize = 4;
 /// `TcParams::p` flag (`RA_PERM_OUT`): P = 2 writes its output permuted.
 pub(crate) const PERM_OUT: u32 = 256;
+/// `TcParams::p` flag (`RA_PREFETCH`) for a `bm`-row tile: the block first
+/// asks L2 for all of its weight rows (one bulk prefetch a range). Set for
+/// 128-row tiles only, where it measured faster (H200, qwen3-30b-a3b
+/// T = 4096, graph: affine4 1164 → 1108 µs, q4_k 1178 → 1135); with
+/// smaller tiles it was slower (affine4 T = 512 291 → 306 µs, Mixtral
+/// T = 64 480 → 536). `MOEKIT_TC_PF=0` never sets it (read once; A/B).
+pub(crate) fn prefetch_flag(bm: usize) -> u32 {
+    static ENV: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let on = *ENV.get_or_init(|| super::env_knob("MOEKIT_TC_PF", 0..=1, 1));
+    if on == 1 && bm == 128 {
+        512
+    } else {
+        0
+    }
+}
 
 /// Position of column `p` (0..128) of a span in the MMA's k order
 /// (`ra_logical`): `p = 32c + 4j + e` (lane c of a quad, k16 step j,
