@@ -121,14 +121,18 @@ template <typename T> struct TcDirect<FmtDense<T>, T> { static constexpr bool va
 // 8 codes of 4 bits at nibbles 0..7 of w (MLX affine order) → 4 T pairs
 // (codes 2i, 2i + 1), scaled and offset.
 template <typename T>
-__device__ __forceinline__ uint4 nibbles8(u32 w, u32 s2, u32 b2) {
+__device__ __forceinline__ uint4 nibbles8_raw(u32 w, u32 s2, u32 b2) {
   // Pairs (0,4), (1,5), (2,6), (3,7): nibbles 4 apart sit 16 bits apart.
-  const u32 a0 = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w), s2, b2);
-  const u32 a1 = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 4), s2, b2);
-  const u32 a2 = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 8), s2, b2);
-  const u32 a3 = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 12), s2, b2);
-  return make_uint4(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410), __byte_perm(a0, a1, 0x7632),
-                    __byte_perm(a2, a3, 0x7632));
+  return make_uint4(Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w), s2, b2),
+                    Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 4), s2, b2),
+                    Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 8), s2, b2),
+                    Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 12), s2, b2));
+}
+template <typename T>
+__device__ __forceinline__ uint4 nibbles8(u32 w, u32 s2, u32 b2) {
+  const uint4 a = nibbles8_raw<T>(w, s2, b2);  // pairs (0,4), (1,5), (2,6), (3,7)
+  return make_uint4(__byte_perm(a.x, a.y, 0x5410), __byte_perm(a.z, a.w, 0x5410), __byte_perm(a.x, a.y, 0x7632),
+                    __byte_perm(a.z, a.w, 0x7632));
 }
 
 // Scale or offset bits of type S as a T pair: as they are when S is T, else
@@ -171,6 +175,12 @@ struct TcDecAffine4 {
   }
   __device__ __forceinline__ uint4 unit(int u) const {
     return nibbles8<T>(u == 0 ? w.x : u == 1 ? w.y : u == 2 ? w.z : w.w, s2, b2);
+  }
+  // Unit u in the order the codes unpack in (pairs of weights 4 apart:
+  // (8u + i, 8u + i + 4), i < 4), without nibbles8's four PRMTs: for
+  // kernels whose k order takes the pairs so (tc_ra's SPAN_NIBBLES).
+  __device__ __forceinline__ uint4 unit_raw(int u) const {
+    return nibbles8_raw<T>(u == 0 ? w.x : u == 1 ? w.y : u == 2 ? w.z : w.w, s2, b2);
   }
 };
 

@@ -11,15 +11,17 @@
 // 32c + 31 (the decode path's mapping, decode_mma.cuh): it loads them from
 // global memory two spans ahead into its format's decoder (the tile decoders
 // of tc_decode.cuh, read from global memory as the decode path does), and
-// decodes them into the A fragments of the span's 8 k16 steps. A fragment
-// of step j holds, from lane c, columns 32c + 4j .. 32c + 4j + 3 — so the
+// decodes them into the A fragments of the span's 8 k16 steps, 4 pairs a
+// unit of 8 columns as the decoder pairs them (SpanOrder below: adjacent
+// columns, or for MLX 4-bit columns 4 apart, which needs no PRMT) — so the
 // MMA's logical k order is a permutation of the span's columns, and the
 // activations (wgmma's B, the tile's BM rows, staged in shared memory with
 // cp.async) must be stored in that order: x permuted once by `ra_permute`
-// (and the SwiGLU output written permuted for the down projection that
-// reads it). Both operands see the same permutation, so each output is the
-// plain dot product, summed in an order fixed by K alone (deterministic and
-// batch-invariant, like every other path).
+// (and the SwiGLU output written permuted, in the down weights' order, for
+// the down projection that reads it). Both operands see the same
+// permutation, so each output is the plain dot product, summed in an order
+// fixed by K alone (deterministic and batch-invariant, like every other
+// path).
 //
 // Pipeline, per span s (4 B stages, each BM rows × 128 columns in two
 // 128-byte-swizzled 64-column halves): wait for stage s, barrier, issue
@@ -41,34 +43,75 @@ constexpr int RA_THREADS = 256;
 constexpr int RA_STAGES = 4;  // B stages: two in flight, one being read, one draining
 constexpr u32 RA_PERM_OUT = 256u;  // TcParams::p flag: P = 2 writes its output permuted
 constexpr u32 RA_PREFETCH = 512u;  // TcParams::p flag: the block first asks L2 for all of its weight rows
+constexpr u32 RA_OUT_NIBBLES = 1024u;  // TcParams::p flag: ... in SPAN_NIBBLES order (else SPAN_PAIRS)
 
-// Position of column p (0..127) of a span in the MMA's k order: p = 32c +
-// 4j + e (lane c, step j, element e) is k 2c + (e & 1) + 8(e >> 1) of step j.
-__host__ __device__ constexpr u32 ra_logical(u32 p) {
-  return (((p >> 2) & 7u) << 4) | (((p >> 1) & 1u) << 3) | ((p >> 5) << 1) | (p & 1u);
+// The k orders of a span (tc_ra.rs `SpanOrder`). A lane's 32 columns of a
+// span come from its decoder as 4 units of 4 pairs; MMA step 2u + (i >> 1)
+// takes pair i of unit u as k 2c + 8(i & 1) (+1 for the pair's second
+// weight). The orders differ in which columns a decoder pairs:
+//   SPAN_PAIRS: unit(u), adjacent columns (8u + 2i, 8u + 2i + 1) — every
+//     decoder;
+//   SPAN_NIBBLES: unit_raw(u), columns 4 apart (8u + i, 8u + i + 4) — the
+//     order 4-bit codes unpack in, so the decoder needs no PRMT to pair
+//     them (RaOrder says which decoders do).
+enum SpanOrder : u32 { SPAN_PAIRS = 0, SPAN_NIBBLES = 1 };
+template <typename D> struct RaOrder { static constexpr SpanOrder value = SPAN_PAIRS; };
+template <typename S, typename T> struct RaOrder<TcDecAffine4<S, T>> { static constexpr SpanOrder value = SPAN_NIBBLES; };
+
+// Unit u of decoder d in its RaOrder.
+template <typename D>
+__device__ __forceinline__ uint4 ra_unit(const D& d, int u) {
+  if constexpr (RaOrder<D>::value == SPAN_NIBBLES) return d.unit_raw(u);
+  else return d.unit(u);
 }
 
+// Position of column p (0..127) of a span in the MMA's k order: p = 32c +
+// col, col = 8u + (pair i, weight h of the pair) as the order pairs them.
+__host__ __device__ constexpr u32 ra_logical(u32 p, u32 order) {
+  const u32 c = p >> 5, col = p & 31u, u = col >> 3;
+  const u32 i = order == SPAN_NIBBLES ? (col & 3u) : ((col >> 1) & 3u);
+  const u32 h = order == SPAN_NIBBLES ? ((col >> 2) & 1u) : (col & 1u);
+  return ((2u * u + (i >> 1)) << 4) | ((i & 1u) << 3) | (c << 1) | h;
+}
+static_assert(ra_logical(32, SPAN_PAIRS) == 2 && ra_logical(4, SPAN_PAIRS) == 16 && ra_logical(2, SPAN_PAIRS) == 8,
+              "the pair order (tc_ra.rs mirrors it)");
+static_assert(ra_logical(4, SPAN_NIBBLES) == 1 && ra_logical(1, SPAN_NIBBLES) == 8 && ra_logical(2, SPAN_NIBBLES) == 16,
+              "the nibble order (tc_ra.rs mirrors it)");
+
 // y[r] = x[r] with each span's columns in the MMA's k order: y[r][s·128 +
-// ra_logical(p)] = x[r][s·128 + p]. One thread a 4-column group (8 bytes in,
-// two 4-byte pairs out). k is a multiple of 128 (tc_ra.rs checks).
+// ra_logical(p)] = x[r][s·128 + p]. One thread an 8-column group (16 bytes
+// in, the order's four pairs out as 4-byte words). k is a multiple of 128
+// (tc_ra.rs checks).
 struct RaPermParams {
   const void* x;  // [rows, k] of T
   void* y;        // [rows, k] of T
   u32 rows, k;
+  u32 order;      // SpanOrder
+  u32 pad;
 };
-static_assert(sizeof(RaPermParams) == 24, "RaPermParams layout");
+static_assert(sizeof(RaPermParams) == 32, "RaPermParams layout");
 
 template <typename T>
 __global__ void __launch_bounds__(256) ra_permute(const __grid_constant__ RaPermParams p) {
-  const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;  // 4-column group
-  const u32 groups = p.k / 4;
+  const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;  // 8-column group
+  const u32 groups = p.k / 8;
   if (i >= (u64)p.rows * groups) return;
   const u64 r = i / groups;
-  const u32 col = (u32)(i % groups) * 4u, s0 = col & ~(RA_SPAN - 1u), q = col & (RA_SPAN - 1u);
-  const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const T*>(p.x) + r * p.k + col);
+  const u32 col = (u32)(i % groups) * 8u, s0 = col & ~(RA_SPAN - 1u), q = col & (RA_SPAN - 1u);
+  const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + r * p.k + col);
   T* out = static_cast<T*>(p.y) + r * p.k + s0;
-  *reinterpret_cast<u32*>(out + ra_logical(q)) = v.x;
-  *reinterpret_cast<u32*>(out + ra_logical(q + 2)) = v.y;
+  const u32 w[4] = {v.x, v.y, v.z, v.w};
+  if (p.order == SPAN_NIBBLES) {
+    // Pair j: columns (j, j + 4) of the group.
+#pragma unroll
+    for (u32 j = 0; j < 4; ++j)
+      *reinterpret_cast<u32*>(out + ra_logical(q + j, SPAN_NIBBLES)) =
+          __byte_perm(w[j >> 1], w[2 + (j >> 1)], (j & 1) ? 0x7632 : 0x5410);
+  } else {
+    // Pair j: columns (2j, 2j + 1), as they are.
+#pragma unroll
+    for (u32 j = 0; j < 4; ++j) *reinterpret_cast<u32*>(out + ra_logical(q + 2 * j, SPAN_PAIRS)) = w[j];
+  }
 }
 
 // Shared memory of an instance (tc_ra.rs: smem_bytes mirrors it).
@@ -176,7 +219,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
 #pragma unroll
     for (int uu = 0; uu < 2; ++uu) {
       const int u = 2 * hf + uu;
-      const uint4 a0 = d[0].unit(u), a1 = d[1].unit(u);
+      const uint4 a0 = ra_unit(d[0], u), a1 = ra_unit(d[1], u);
       // Steps 2u, 2u + 1: pairs (x, y) and (z, w) of the unit, rows g, g + 8.
       u32* f0 = fa[hf][2 * uu];
       u32* f1 = fa[hf][2 * uu + 1];
@@ -217,8 +260,9 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
   cp_async_wait<0>();
 
   const bool perm = P == 2 && (p.p & RA_PERM_OUT) != 0;
-  wg_store<T, P, BM>(p, tile, n0, acc, [perm](u32 n) {
-    return perm ? (n & ~(RA_SPAN - 1u)) | ra_logical(n & (RA_SPAN - 1u)) : n;
+  const u32 order = (p.p & RA_OUT_NIBBLES) != 0 ? SPAN_NIBBLES : SPAN_PAIRS;
+  wg_store<T, P, BM>(p, tile, n0, acc, [perm, order](u32 n) {
+    return perm ? (n & ~(RA_SPAN - 1u)) | ra_logical(n & (RA_SPAN - 1u), order) : n;
   });
 #else
   if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) report(p.err, ERR_CONFIG);

@@ -64,7 +64,8 @@ pub mod cuda {
     /// `kernels/tc_ra.cu`.
     pub mod tc_ra {
         pub use crate::cuda::ops::tc_ra::{
-            matmul_into, max_tile, permute_into, ra_logical, swiglu_into, tile_rows, SPAN,
+            matmul_into, max_tile, permute_into, span_order, swiglu_into, tile_rows, SpanOrder,
+            SPAN,
         };
     }
 }

@@ -1,9 +1,11 @@
 //! The register-operand tensor-core GEMM (`cuda::ops::tc_ra`, sm_90a)
 //! against the CPU reference.
 //!
-//! * `permute_into` against a host permutation by `ra_logical`.
+//! * `permute_into` in both span orders against a host permutation by
+//!   `SpanOrder::logical`.
 //! * Every format of `WeightFormat::all()` × f16/bf16 activations × {plain,
-//!   SwiGLU fused and separate, SwiGLU with a permuted output}, rows
+//!   SwiGLU fused and separate, SwiGLU with its output permuted in either
+//!   span order (a down projection of this or the other order)}, rows
 //!   gathered through an expert sort (the x rows permuted once).
 //! * Every tile row count (16/32/64/128), ragged N (not a multiple of the
 //!   128/64-column tile), experts with no rows, all rows on one expert,
@@ -23,7 +25,7 @@ use moekit::ops::sort::ExpertSort;
 
 use moekit::testing::cuda::tc_gemm::TcRows;
 use moekit::testing::cuda::tc_ra::{
-    matmul_into, max_tile, permute_into, ra_logical, swiglu_into, tile_rows, SPAN,
+    matmul_into, max_tile, permute_into, span_order, swiglu_into, tile_rows, SpanOrder, SPAN,
 };
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
 
@@ -36,12 +38,12 @@ fn to_gpu(w: &QuantWeights) -> QuantWeights {
 }
 
 /// Host permutation of each row's spans (what `permute_into` computes).
-fn host_permute(v: &[f32], k: usize) -> Vec<f32> {
+fn host_permute(v: &[f32], k: usize, order: SpanOrder) -> Vec<f32> {
     let mut out = vec![0f32; v.len()];
     for (r, row) in v.chunks(k).enumerate() {
         for (c, &x) in row.iter().enumerate() {
             let s0 = c / SPAN * SPAN;
-            out[r * k + s0 + ra_logical(c % SPAN)] = x;
+            out[r * k + s0 + order.logical(c % SPAN)] = x;
         }
     }
     out
@@ -66,7 +68,8 @@ fn check(
     let m = t * k;
     let x_gpu = x.to_device(gpu()).unwrap();
     let xp = poisoned(&[t, kk], dt);
-    permute_into(&x_gpu, &xp).unwrap();
+    let order = span_order(f);
+    permute_into(&x_gpu, order, &xp).unwrap();
     let off = sort.offsets.to_device(gpu()).unwrap();
     let sorted = sort.sorted.to_device(gpu()).unwrap();
     let rows = TcRows::Gathered {
@@ -88,11 +91,17 @@ fn check(
     let again = poisoned(&[m, n], dt);
     matmul_into(&xp, &to_gpu(&w), rows, &again).unwrap();
     assert_eq!(host_f32(&again), got, "tc_ra {what}: reruns differ");
-    // SwiGLU: fused and separate layouts, plain output; permuted output (I a
-    // multiple of the span).
+    // SwiGLU: fused and separate layouts, plain output; output permuted in
+    // either order (I a multiple of the span).
     let i = n.div_ceil(2).max(8);
-    for (fused, perm) in [(true, false), (false, false), (true, true)] {
-        let i = if perm { i.div_ceil(SPAN) * SPAN } else { i };
+    let perms = [
+        (true, None),
+        (false, None),
+        (true, Some(SpanOrder::Pairs)),
+        (true, Some(SpanOrder::Nibbles)),
+    ];
+    for (fused, perm) in perms {
+        let i = if perm.is_some() { i.div_ceil(SPAN) * SPAN } else { i };
         let gu = if fused {
             GateUp::fused(weights(f, e, 2 * i, kk, 5)).unwrap()
         } else {
@@ -104,15 +113,15 @@ fn check(
         };
         let want = gather_swiglu_on(Backend::CpuReference, &xs, &gu, cpu_rows).unwrap();
         let mut want = want.to_f32_vec().unwrap();
-        if perm {
-            want = host_permute(&want, i);
+        if let Some(o) = perm {
+            want = host_permute(&want, i, o);
         }
         let out = poisoned(&[m, i], dt);
         swiglu_into(&xp, &gu_gpu, rows, &out, perm).unwrap();
         let err = nmse(&host_f32(&out), &want);
         assert!(
             err <= b,
-            "tc_ra_swiglu {what} fused={fused} perm={perm}: NMSE {err:e} > {b:e}"
+            "tc_ra_swiglu {what} fused={fused} perm={perm:?}: NMSE {err:e} > {b:e}"
         );
     }
     moekit::cuda::device(0).unwrap().check_errors().unwrap();
@@ -120,15 +129,20 @@ fn check(
 
 #[test]
 fn permute_matches_the_host_order() {
-    for dt in [DType::Bf16, DType::F16] {
-        let x = random(&[7, 384], dt, 3);
-        let out = poisoned(&[7, 384], dt);
-        permute_into(&x.to_device(gpu()).unwrap(), &out).unwrap();
-        assert_eq!(host_f32(&out), host_permute(&x.to_f32_vec().unwrap(), 384));
+    for order in [SpanOrder::Pairs, SpanOrder::Nibbles] {
+        for dt in [DType::Bf16, DType::F16] {
+            let x = random(&[7, 384], dt, 3);
+            let out = poisoned(&[7, 384], dt);
+            permute_into(&x.to_device(gpu()).unwrap(), order, &out).unwrap();
+            let want = host_permute(&x.to_f32_vec().unwrap(), 384, order);
+            assert_eq!(host_f32(&out), want, "{order:?} {dt}");
+        }
     }
     let x = random(&[2, 200], DType::Bf16, 3).to_device(gpu()).unwrap();
     let out = poisoned(&[2, 200], DType::Bf16);
-    let e = permute_into(&x, &out).unwrap_err().to_string();
+    let e = permute_into(&x, SpanOrder::Pairs, &out)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("multiple of 128"), "{e}");
 }
 
@@ -204,7 +218,7 @@ fn batch_invariant() {
         let t = x.shape()[0];
         let xg = x.to_device(gpu()).unwrap();
         let xp = poisoned(&[t, kk], DType::Bf16);
-        permute_into(&xg, &xp).unwrap();
+        permute_into(&xg, span_order(f), &xp).unwrap();
         let out = poisoned(&[t, n], DType::Bf16);
         matmul_into(&xp, &w, TcRows::Single, &out).unwrap();
         host_f32(&out)

@@ -391,10 +391,14 @@ pub(crate) enum Kernel {
     /// `tc_gemm`: the weights staged and decoded in shared memory.
     Staged,
     /// `tc_ra` ([`super::tc_ra`], sm_90a): the weights decoded into wgmma's
-    /// register A operand; x's columns in the span order of
-    /// [`super::tc_ra::permute_into`]. `perm_out`: P = 2 writes its output
-    /// in that order too (the input of a down projection on `tc_ra`).
-    RegA { perm_out: bool },
+    /// register A operand; x's columns in the weights' span order
+    /// ([`super::tc_ra::span_order`], permuted by
+    /// [`super::tc_ra::permute_into`]). `perm_out`: P = 2 writes its output
+    /// in that order (the input of a down projection on `tc_ra` whose
+    /// weights take it).
+    RegA {
+        perm_out: Option<super::tc_ra::SpanOrder>,
+    },
 }
 
 /// Validates, fills the params and launches `tc_gemm<F, T, P, BM>` or
@@ -491,10 +495,9 @@ pub(crate) fn run_kernel(
             }
             let name = kernel_name("tc_ra", w, x.dtype(), p_sources, bm)?;
             let flags = tc_ra::prefetch_flag(bm)
-                | if perm_out && p_sources == 2 {
-                    tc_ra::PERM_OUT
-                } else {
-                    0
+                | match perm_out {
+                    Some(order) if p_sources == 2 => tc_ra::perm_out_flags(order),
+                    _ => 0,
                 };
             (bm, tc_ra::smem_bytes(bm), &tc_ra::SRC, name, flags)
         }

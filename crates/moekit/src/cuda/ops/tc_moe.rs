@@ -107,9 +107,11 @@ pub(crate) fn expert_kernels(
     }
     let dn = takes(down) && gate_up.intermediate().is_multiple_of(tc_ra::SPAN);
     ExpertKernels {
-        gate_up: Kernel::RegA { perm_out: dn },
+        gate_up: Kernel::RegA {
+            perm_out: dn.then(|| tc_ra::span_order(down.format())),
+        },
         down: if dn {
-            Kernel::RegA { perm_out: false }
+            Kernel::RegA { perm_out: None }
         } else {
             Kernel::Staged
         },
@@ -233,7 +235,8 @@ pub fn experts_into(
             // x's columns in the MMA's k order once; with a down GEMM on
             // tc_ra the SwiGLU output is written in that order for it.
             let xp = Tensor::uninit_on(x.dtype(), &[t, h], x.device())?;
-            tc_ra::permute_into(x, &xp)?;
+            let [(g, _), _] = gate_up.sources();
+            tc_ra::permute_into(x, tc_ra::span_order(g.format()), &xp)?;
             tc_ra::swiglu_into(&xp, gate_up, gathered, &act, perm_out)?;
         }
         Kernel::Staged => tc_gemm::swiglu_into(x, gate_up, gathered, &act)?,

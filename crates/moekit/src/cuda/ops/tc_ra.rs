@@ -4,10 +4,12 @@
 //! never pass through shared memory; only the activations are staged.
 //!
 //! The MMA's k order is a fixed permutation of each 128-column span (lane c
-//! of a quad decodes 32 consecutive columns, `kernels/decode_mma.cuh`), so
-//! the activations must come in that order: [`permute_into`] permutes x once
-//! (a copy of `[T, H]`), and the gate/up GEMM writes its SwiGLU output
-//! permuted ([`Kernel::RegA`]'s `perm_out`) for the down GEMM that reads it.
+//! of a quad decodes 32 consecutive columns, `kernels/decode_mma.cuh`), one
+//! of two by the weight format ([`span_order`]), so the activations must
+//! come in that order: [`permute_into`] permutes x once (a copy of
+//! `[T, H]`), and the gate/up GEMM writes its SwiGLU output permuted in the
+//! down weights' order ([`Kernel::RegA`]'s `perm_out`) for the down GEMM
+//! that reads it.
 //! Both operands see the same permutation: every output is the plain dot
 //! product, summed in an order fixed by K (deterministic, batch-invariant).
 //!
@@ -39,7 +41,7 @@ pub const TILE_ROWS: [usize; 4] = [16, 32, 64, 128];
 /// Activation stages in shared memory (`RA_STAGES`).
 const STAGES: usize = 4;
 /// `TcParams::p` flag (`RA_PERM_OUT`): P = 2 writes its output permuted.
-pub(crate) const PERM_OUT: u32 = 256;
+const PERM_OUT: u32 = 256;
 /// `TcParams::p` flag (`RA_PREFETCH`) for a `bm`-row tile: the block first
 /// asks L2 for all of its weight rows (one bulk prefetch a range). Set for
 /// 128-row tiles only, where it measured faster (H200, qwen3-30b-a3b
@@ -56,11 +58,63 @@ pub(crate) fn prefetch_flag(bm: usize) -> u32 {
     }
 }
 
-/// Position of column `p` (0..128) of a span in the MMA's k order
-/// (`ra_logical`): `p = 32c + 4j + e` (lane c of a quad, k16 step j,
-/// element e) is k `2c + (e & 1) + 8(e >> 1)` of step j.
-pub const fn ra_logical(p: usize) -> usize {
-    (((p >> 2) & 7) << 4) | (((p >> 1) & 1) << 3) | ((p >> 5) << 1) | (p & 1)
+/// `TcParams::p` flag (`RA_OUT_NIBBLES`): with [`PERM_OUT`], the output in
+/// [`SpanOrder::Nibbles`] (else [`SpanOrder::Pairs`]).
+const OUT_NIBBLES: u32 = 1024;
+
+/// The `TcParams::p` flags of an output permuted in `order`.
+pub(crate) fn perm_out_flags(order: SpanOrder) -> u32 {
+    PERM_OUT
+        | match order {
+            SpanOrder::Pairs => 0,
+            SpanOrder::Nibbles => OUT_NIBBLES,
+        }
+}
+
+/// The order of a span's 128 columns in the MMA's k sequence, which x (and
+/// a permuted SwiGLU output) must come in for a weight format (`SpanOrder`
+/// in `kernels/tc_ra.cu`; [`span_order`] says which). Lane c of a quad
+/// decodes columns 32c .. 32c + 31 as 4 units of 4 pairs; MMA step 2u +
+/// (i >> 1) takes pair i of unit u as k `2c + 8(i & 1)` (+ 1 for the pair's
+/// second weight). The orders differ in which columns a decoder pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanOrder {
+    /// Adjacent columns (8u + 2i, 8u + 2i + 1): every decoder.
+    Pairs,
+    /// Columns 4 apart (8u + i, 8u + i + 4): the order MLX 4-bit codes
+    /// unpack in, so the decoder pairs them without a byte permutation.
+    Nibbles,
+}
+
+impl SpanOrder {
+    /// Position of column `p` (0..128) of a span in the MMA's k order
+    /// (`ra_logical`).
+    pub const fn logical(self, p: usize) -> usize {
+        let (c, col) = (p >> 5, p & 31);
+        let (i, h) = match self {
+            SpanOrder::Pairs => ((col >> 1) & 3, col & 1),
+            SpanOrder::Nibbles => (col & 3, (col >> 2) & 1),
+        };
+        ((2 * (col >> 3) + (i >> 1)) << 4) | ((i & 1) << 3) | (c << 1) | h
+    }
+
+    const fn code(self) -> u32 {
+        match self {
+            SpanOrder::Pairs => 0,
+            SpanOrder::Nibbles => 1,
+        }
+    }
+}
+
+/// The span order `tc_ra` reads x in for weights of `format` (`RaOrder`):
+/// [`SpanOrder::Nibbles`] for MLX affine 4-bit (its decoder's pairs without
+/// PRMTs: 19 → 15 instructions a unit of 8 weights), else
+/// [`SpanOrder::Pairs`].
+pub fn span_order(format: WeightFormat) -> SpanOrder {
+    match format {
+        WeightFormat::Affine(a) if a.bits == 4 => SpanOrder::Nibbles,
+        _ => SpanOrder::Pairs,
+    }
 }
 
 /// Shared memory of an instance (`RaGeo::SMEM`): the activation stages (BM
@@ -204,14 +258,16 @@ struct RaPermParams {
     y: u64,
     rows: u32,
     k: u32,
+    order: u32,
+    pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<RaPermParams>() == 24);
+const _: () = assert!(std::mem::size_of::<RaPermParams>() == 32);
 // SAFETY: plain-old-data mirrored by the kernel's RaPermParams.
 unsafe impl cudarc::driver::DeviceRepr for RaPermParams {}
 
-/// `out [R, K] = x [R, K]` with each 128-column span in the MMA's k order
-/// (`ra_logical`); K a multiple of [`SPAN`], f16/bf16 on CUDA.
-pub fn permute_into(x: &Tensor, out: &Tensor) -> Result<()> {
+/// `out [R, K] = x [R, K]` with each 128-column span in `order`
+/// ([`SpanOrder::logical`]); K a multiple of [`SPAN`], f16/bf16 on CUDA.
+pub fn permute_into(x: &Tensor, order: SpanOrder, out: &Tensor) -> Result<()> {
     const OP: &str = "ra_permute";
     let xb = x.cuda_bytes()?;
     let dev = xb.device().clone();
@@ -232,7 +288,7 @@ pub fn permute_into(x: &Tensor, out: &Tensor) -> Result<()> {
     check_out(OP, out, x.dtype(), x.shape())?;
     super::check_same_device(OP, out, &dev)?;
     let (rows, k) = (x.shape()[0], x.shape()[1]);
-    let groups = rows * (k / 4);
+    let groups = rows * (k / 8);
     let blocks = groups.div_ceil(256);
     ensure(
         blocks <= u32::MAX as usize,
@@ -246,6 +302,8 @@ pub fn permute_into(x: &Tensor, out: &Tensor) -> Result<()> {
         y: out.cuda_bytes()?.ptr(),
         rows: tc_gemm::u32_of(OP, "rows", rows)?,
         k: tc_gemm::u32_of(OP, "K", k)?,
+        order: order.code(),
+        pad: 0,
     };
     let geo = Geometry {
         grid: (blocks as u32, 1, 1),
@@ -254,37 +312,39 @@ pub fn permute_into(x: &Tensor, out: &Tensor) -> Result<()> {
     };
     let name = format!("moekit::ra_permute<{}>", ctype(OP, x.dtype())?);
     // SAFETY: x and out are device [rows, K] tensors of T on this device
-    // (checked), K a multiple of 128: each thread reads 8 bytes at a 4-column
-    // group of x (8-byte aligned: 16-byte aligned rows) and writes two
-    // 4-byte pairs inside the same row's span of out.
+    // (checked), K a multiple of 128: each thread reads 16 bytes at an
+    // 8-column group of x (16-byte aligned rows) and writes four 4-byte
+    // pairs inside the same row's span of out.
     unsafe { launch(&dev, &SRC, &name, geo, params, OP) }
 }
 
 /// `out [M, N] = x_perm · W[e(row)]ᵀ` on `tc_ra`, x's columns permuted by
-/// [`permute_into`] (or written so by [`swiglu_into`] with `perm_out`).
+/// [`permute_into`] in `span_order(w.format())` (or written so by
+/// [`swiglu_into`] with `perm_out`).
 pub fn matmul_into(
     x_perm: &Tensor,
     w: &QuantWeights,
     rows: TcRows<'_>,
     out: &Tensor,
 ) -> Result<()> {
-    let k = Kernel::RegA { perm_out: false };
+    let k = Kernel::RegA { perm_out: None };
     tc_gemm::run_kernel(k, "tc_ra", x_perm, [(w, 0), (w, 0)], 1, w.rows(), rows, out)
 }
 
 /// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on `tc_ra` into `out [M, I]`, x's columns
-/// permuted; `perm_out`: the output's columns permuted too (I a multiple
-/// of [`SPAN`]), as [`matmul_into`] takes them.
+/// permuted in the gate/up format's order; `perm_out`: the output's columns
+/// permuted too, in that order (I a multiple of [`SPAN`]), as
+/// [`matmul_into`] takes them for a down projection of that order.
 pub fn swiglu_into(
     x_perm: &Tensor,
     w: &GateUp,
     rows: TcRows<'_>,
     out: &Tensor,
-    perm_out: bool,
+    perm_out: Option<SpanOrder>,
 ) -> Result<()> {
     const OP: &str = "tc_ra_swiglu";
     let i = w.intermediate();
-    if perm_out && !i.is_multiple_of(SPAN) {
+    if perm_out.is_some() && !i.is_multiple_of(SPAN) {
         return Err(invalid(
             OP,
             "out",
@@ -308,21 +368,34 @@ mod tests {
     }
 
     #[test]
-    fn span_order_is_a_permutation_keeping_pairs() {
-        let mut seen = [false; SPAN];
-        for p in 0..SPAN {
-            let l = ra_logical(p);
-            assert!(l < SPAN && !seen[l], "column {p} -> {l}");
-            seen[l] = true;
-            // Pairs (4-byte units of 16-bit values) stay together.
-            if p % 2 == 0 {
-                assert_eq!(ra_logical(p + 1), l + 1);
+    fn span_orders_are_permutations_of_the_decoders_pairs() {
+        for (order, apart) in [(SpanOrder::Pairs, 1), (SpanOrder::Nibbles, 4)] {
+            let mut seen = [false; SPAN];
+            for p in 0..SPAN {
+                let l = order.logical(p);
+                assert!(l < SPAN && !seen[l], "{order:?}: column {p} -> {l}");
+                seen[l] = true;
+                // A decoder's pair (columns `apart` apart in a unit of 8)
+                // is one 4-byte word of the MMA's k order.
+                if (p % (2 * apart)) < apart {
+                    assert_eq!(order.logical(p + apart), l + 1, "{order:?}: {p}");
+                }
             }
         }
-        // Lane 1's first column is k 2 of step 0; step 1 starts at column 4.
-        assert_eq!(ra_logical(32), 2);
-        assert_eq!(ra_logical(4), 16);
-        assert_eq!(ra_logical(2), 8);
+        // Lane 1's first column is k 2 of step 0; step 1 starts at column 4
+        // (Pairs), at the unit's third pair (Nibbles): the kernel's asserts.
+        assert_eq!(SpanOrder::Pairs.logical(32), 2);
+        assert_eq!(SpanOrder::Pairs.logical(4), 16);
+        assert_eq!(SpanOrder::Pairs.logical(2), 8);
+        assert_eq!(SpanOrder::Nibbles.logical(4), 1);
+        assert_eq!(SpanOrder::Nibbles.logical(1), 8);
+        assert_eq!(SpanOrder::Nibbles.logical(2), 16);
+        let a4 = WeightFormat::Affine(crate::format::AffineParams {
+            bits: 4,
+            group_size: 32,
+        });
+        assert_eq!(span_order(a4), SpanOrder::Nibbles);
+        assert_eq!(span_order(WeightFormat::Ggml(crate::format::GgmlType::Q4_0)), SpanOrder::Pairs);
     }
 
     #[test]
