@@ -8,9 +8,11 @@
 // lane % 4) owns the 32 columns 32c .. 32c + 31 of weight rows g and g + 8
 // (one decoder slice each) and of token g's activation row. The MMA's
 // logical k is mapped onto these physical columns — MMA j of the span (8 per
-// span) takes columns 32c + 4j .. 32c + 4j + 3 from lane c — for A and B
+// span) takes 4 of the lane's columns, 32c + 4j .. 32c + 4j + 3 or, for MLX
+// 4-bit weights, pairs of columns 4 apart (SpanOrder below) — for A and B
 // alike, so the products are those of the plain dot product, summed in a
-// fixed order that depends on K only (deterministic, batch invariant).
+// fixed order that depends on K and the format only (deterministic, batch
+// invariant).
 // Every load of a span is a 16-byte load of 32 consecutive weights (or 8
 // activations), and 4 lanes read a row's 128 consecutive columns.
 #pragma once
@@ -36,6 +38,36 @@ struct DecSame {
 // The decode path's decoder of F for activations T.
 template <typename F, typename T> struct DecOf { typedef typename TcDecOf<F, T>::type type; };
 template <typename T> struct DecOf<FmtDense<T>, T> { typedef DecSame<T> type; };
+
+// The orders a decoder pairs a lane's columns in (tc_ra.rs `SpanOrder`). A
+// lane's 32 columns of a span come as 4 units of 4 pairs; MMA step 2u +
+// (i >> 1) takes pair i of unit u as k 2c + 8(i & 1) (+1 for the pair's
+// second weight), for weights and activations alike:
+//   SPAN_PAIRS: unit(u), adjacent columns (8u + 2i, 8u + 2i + 1) — every
+//     decoder;
+//   SPAN_NIBBLES: unit_raw(u), columns 4 apart (8u + i, 8u + i + 4) — the
+//     order MLX 4-bit codes unpack in, so the decoder needs no PRMT to pair
+//     them (SpanOf says which decoders do). The decode path pairs its
+//     activations so (x_pairs); tc_ra takes x permuted into it.
+enum SpanOrder : u32 { SPAN_PAIRS = 0, SPAN_NIBBLES = 1 };
+template <typename D> struct SpanOf { static constexpr SpanOrder value = SPAN_PAIRS; };
+template <typename S, typename T> struct SpanOf<TcDecAffine4<S, T>> { static constexpr SpanOrder value = SPAN_NIBBLES; };
+
+// Unit u of decoder d, paired in its SpanOf order.
+template <typename D>
+__device__ __forceinline__ uint4 span_unit(const D& d, int u) {
+  if constexpr (SpanOf<D>::value == SPAN_NIBBLES) return d.unit_raw(u);
+  else return d.unit(u);
+}
+
+// 8 consecutive activations (pairs (0,1) .. (6,7)) paired in order O.
+template <SpanOrder O>
+__device__ __forceinline__ uint4 x_pairs(const uint4& v) {
+  if constexpr (O == SPAN_NIBBLES)
+    return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                      __byte_perm(v.y, v.w, 0x7632));
+  else return v;
+}
 
 // The slice of row r at column kc (a multiple of 32) read from global
 // memory; `valid` false (or kc ≥ K) gives a slice of no columns, which every
@@ -102,18 +134,21 @@ struct SpanLoads {
 #pragma unroll
     for (int n = 0; n < NT; ++n) load_x32<T>(ok ? x[n] : nullptr, kc, rows[0][0].k, xv[n]);
   }
-  // acc[m][n] += the span's products: per unit u, MMAs 2u and 2u + 1 take
-  // columns 8u .. 8u + 3 and 8u + 4 .. 8u + 7 of each lane's 32 (pairs x, y
-  // and z, w of the unit).
+  // acc[m][n] += the span's products: per unit u (8 columns of each lane's
+  // 32), MMAs 2u and 2u + 1 take pairs x, y and z, w of the unit, weights and
+  // activations paired in the decoder's SpanOrder.
   __device__ __forceinline__ void mma(float (&acc)[MATS][NT][4]) const {
+    typedef typename DecOf<F, T>::type Dec;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      uint4 a[MATS][2];
+      uint4 a[MATS][2], xb[NT];
 #pragma unroll
       for (int m = 0; m < MATS; ++m) {
-        a[m][0] = d[m][0].unit(u);
-        a[m][1] = d[m][1].unit(u);
+        a[m][0] = span_unit(d[m][0], u);
+        a[m][1] = span_unit(d[m][1], u);
       }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) xb[n] = x_pairs<SpanOf<Dec>::value>(xv[n][u]);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -122,7 +157,7 @@ struct SpanLoads {
                              half ? a[m][0].w : a[m][0].y, half ? a[m][1].w : a[m][1].y};
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
-            const uint4& b = xv[n][u];
+            const uint4& b = xb[n];
             Mma<T>::run(acc[m][n], fa, half ? b.z : b.x, half ? b.w : b.y);
           }
         }

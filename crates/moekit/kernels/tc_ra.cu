@@ -45,28 +45,10 @@ constexpr u32 RA_PERM_OUT = 256u;  // TcParams::p flag: P = 2 writes its output 
 constexpr u32 RA_PREFETCH = 512u;  // TcParams::p flag: the block first asks L2 for all of its weight rows
 constexpr u32 RA_OUT_NIBBLES = 1024u;  // TcParams::p flag: ... in SPAN_NIBBLES order (else SPAN_PAIRS)
 
-// The k orders of a span (tc_ra.rs `SpanOrder`). A lane's 32 columns of a
-// span come from its decoder as 4 units of 4 pairs; MMA step 2u + (i >> 1)
-// takes pair i of unit u as k 2c + 8(i & 1) (+1 for the pair's second
-// weight). The orders differ in which columns a decoder pairs:
-//   SPAN_PAIRS: unit(u), adjacent columns (8u + 2i, 8u + 2i + 1) — every
-//     decoder;
-//   SPAN_NIBBLES: unit_raw(u), columns 4 apart (8u + i, 8u + i + 4) — the
-//     order 4-bit codes unpack in, so the decoder needs no PRMT to pair
-//     them (RaOrder says which decoders do).
-enum SpanOrder : u32 { SPAN_PAIRS = 0, SPAN_NIBBLES = 1 };
-template <typename D> struct RaOrder { static constexpr SpanOrder value = SPAN_PAIRS; };
-template <typename S, typename T> struct RaOrder<TcDecAffine4<S, T>> { static constexpr SpanOrder value = SPAN_NIBBLES; };
-
-// Unit u of decoder d in its RaOrder.
-template <typename D>
-__device__ __forceinline__ uint4 ra_unit(const D& d, int u) {
-  if constexpr (RaOrder<D>::value == SPAN_NIBBLES) return d.unit_raw(u);
-  else return d.unit(u);
-}
-
-// Position of column p (0..127) of a span in the MMA's k order: p = 32c +
-// col, col = 8u + (pair i, weight h of the pair) as the order pairs them.
+// Position of column p (0..127) of a span in the MMA's k order (SpanOrder,
+// decode_mma.cuh): p = 32c + col, col = 8u + (pair i, weight h of the
+// pair) as the order pairs them; pair i of unit u is k 2c + 8(i & 1) + h of
+// step 2u + (i >> 1).
 __host__ __device__ constexpr u32 ra_logical(u32 p, u32 order) {
   const u32 c = p >> 5, col = p & 31u, u = col >> 3;
   const u32 i = order == SPAN_NIBBLES ? (col & 3u) : ((col >> 1) & 3u);
@@ -219,7 +201,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
 #pragma unroll
     for (int uu = 0; uu < 2; ++uu) {
       const int u = 2 * hf + uu;
-      const uint4 a0 = ra_unit(d[0], u), a1 = ra_unit(d[1], u);
+      const uint4 a0 = span_unit(d[0], u), a1 = span_unit(d[1], u);
       // Steps 2u, 2u + 1: pairs (x, y) and (z, w) of the unit, rows g, g + 8.
       u32* f0 = fa[hf][2 * uu];
       u32* f1 = fa[hf][2 * uu + 1];
