@@ -101,7 +101,11 @@ fn check(
         (true, Some(SpanOrder::Nibbles)),
     ];
     for (fused, perm) in perms {
-        let i = if perm.is_some() { i.div_ceil(SPAN) * SPAN } else { i };
+        let i = if perm.is_some() {
+            i.div_ceil(SPAN) * SPAN
+        } else {
+            i
+        };
         let gu = if fused {
             GateUp::fused(weights(f, e, 2 * i, kk, 5)).unwrap()
         } else {

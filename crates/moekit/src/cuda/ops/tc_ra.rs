@@ -395,7 +395,10 @@ mod tests {
             group_size: 32,
         });
         assert_eq!(span_order(a4), SpanOrder::Nibbles);
-        assert_eq!(span_order(WeightFormat::Ggml(crate::format::GgmlType::Q4_0)), SpanOrder::Pairs);
+        assert_eq!(
+            span_order(WeightFormat::Ggml(crate::format::GgmlType::Q4_0)),
+            SpanOrder::Pairs
+        );
     }
 
     #[test]
