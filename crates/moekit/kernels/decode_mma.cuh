@@ -42,31 +42,46 @@ template <typename T> struct DecOf<FmtDense<T>, T> { typedef DecSame<T> type; };
 // The orders a decoder pairs a lane's columns in (tc_ra.rs `SpanOrder`). A
 // lane's 32 columns of a span come as 4 units of 4 pairs; MMA step 2u +
 // (i >> 1) takes pair i of unit u as k 2c + 8(i & 1) (+1 for the pair's
-// second weight), for weights and activations alike:
-//   SPAN_PAIRS: unit(u), adjacent columns (8u + 2i, 8u + 2i + 1) — every
-//     decoder;
-//   SPAN_NIBBLES: unit_raw(u), columns 4 apart (8u + i, 8u + i + 4) — the
-//     order MLX 4-bit codes unpack in, so the decoder needs no PRMT to pair
-//     them (SpanOf says which decoders do). The decode path pairs its
-//     activations so (x_pairs); tc_ra takes x permuted into it.
-enum SpanOrder : u32 { SPAN_PAIRS = 0, SPAN_NIBBLES = 1 };
+// second weight), for weights and activations alike. Pair i of unit u is
+// columns 8u + span_first(O, i) and span_apart(O) further:
+//   SPAN_PAIRS: unit(u), adjacent columns (2i, 2i + 1) — every decoder;
+//   SPAN_NIBBLES: unit_raw(u), columns 4 apart (i, i + 4) — the order MLX
+//     4-bit codes unpack in (4 nibbles a LOP3, 16 bits apart);
+//   SPAN_ALTERNATE: unit_raw(u), columns 2 apart ((i & 1) + 4(i >> 1), + 2)
+//     — the order Q4_K's codes unpack in (nibbles of bytes 0 and 2).
+// In the raw orders the decoder needs no PRMT to pair its codes (SpanOf
+// says which decoders have one). The decode path pairs its activations so
+// (x_pairs); tc_ra takes x permuted into the order (ra_permute).
+enum SpanOrder : u32 { SPAN_PAIRS = 0, SPAN_NIBBLES = 1, SPAN_ALTERNATE = 2 };
+__host__ __device__ constexpr u32 span_first(u32 o, u32 i) {
+  return o == SPAN_PAIRS ? 2 * i : o == SPAN_NIBBLES ? i : (i & 1u) + 4 * (i >> 1);
+}
+__host__ __device__ constexpr u32 span_apart(u32 o) { return o == SPAN_PAIRS ? 1 : o == SPAN_NIBBLES ? 4 : 2; }
 template <typename D> struct SpanOf { static constexpr SpanOrder value = SPAN_PAIRS; };
 template <typename S, typename T> struct SpanOf<TcDecAffine4<S, T>> { static constexpr SpanOrder value = SPAN_NIBBLES; };
+template <typename T> struct SpanOf<TcDecQ4K<T>> { static constexpr SpanOrder value = SPAN_ALTERNATE; };
 
 // Unit u of decoder d, paired in its SpanOf order.
 template <typename D>
 __device__ __forceinline__ uint4 span_unit(const D& d, int u) {
-  if constexpr (SpanOf<D>::value == SPAN_NIBBLES) return d.unit_raw(u);
-  else return d.unit(u);
+  if constexpr (SpanOf<D>::value == SPAN_PAIRS) return d.unit(u);
+  else return d.unit_raw(u);
+}
+
+// Pair i of order O from 8 consecutive 16-bit values held as 4 words
+// (pairs (0,1) .. (6,7)): one PRMT, or the word itself for SPAN_PAIRS.
+template <u32 O, int I>
+__device__ __forceinline__ u32 pair_of_words(const u32 (&w)[4]) {
+  constexpr u32 a = span_first(O, I), b = a + span_apart(O);
+  if constexpr (b == a + 1 && a % 2 == 0) return w[a / 2];
+  else return __byte_perm(w[a / 2], w[b / 2], ((a & 1) ? 0x32u : 0x10u) | ((b & 1) ? 0x7600u : 0x5400u));
 }
 
 // 8 consecutive activations (pairs (0,1) .. (6,7)) paired in order O.
-template <SpanOrder O>
+template <u32 O>
 __device__ __forceinline__ uint4 x_pairs(const uint4& v) {
-  if constexpr (O == SPAN_NIBBLES)
-    return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
-                      __byte_perm(v.y, v.w, 0x7632));
-  else return v;
+  const u32 w[4] = {v.x, v.y, v.z, v.w};
+  return make_uint4(pair_of_words<O, 0>(w), pair_of_words<O, 1>(w), pair_of_words<O, 2>(w), pair_of_words<O, 3>(w));
 }
 
 // The slice of row r at column kc (a multiple of 32) read from global

@@ -178,7 +178,7 @@ struct TcDecAffine4 {
   }
   // Unit u in the order the codes unpack in (pairs of weights 4 apart:
   // (8u + i, 8u + i + 4), i < 4), without nibbles8's four PRMTs: for
-  // kernels whose k order takes the pairs so (tc_ra's SPAN_NIBBLES).
+  // kernels whose k order takes the pairs so (SPAN_NIBBLES, decode_mma.cuh).
   __device__ __forceinline__ uint4 unit_raw(int u) const {
     return nibbles8_raw<T>(u == 0 ? w.x : u == 1 ? w.y : u == 2 ? w.z : w.w, s2, b2);
   }
@@ -244,15 +244,26 @@ struct TcDecQ4K {
     b2 = ok ? Pk<T>::pack(-ml, -ml) : 0u;
     shift = 4 * (g & 1);
   }
-  // Codes l .. l + 3 at bits 8i + shift of w → pairs (l, l+1), (l+2, l+3).
+  // Codes l .. l + 3 at bits 8i + shift of w → pairs (l, l+1), (l+2, l+3),
+  // or as they unpack (RAW): (l, l+2), (l+1, l+3).
+  template <bool RAW = false>
   __device__ __forceinline__ void four(u32 w, u32& lo, u32& hi) const {
     const u32 y = w >> shift;
     const u32 a = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(y), s2, b2); // (l, l+2)
     const u32 b = Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(y >> 8), s2, b2);  // (l+1, l+3)
-    lo = __byte_perm(a, b, 0x5410);
-    hi = __byte_perm(a, b, 0x7632);
+    lo = RAW ? a : __byte_perm(a, b, 0x5410);
+    hi = RAW ? b : __byte_perm(a, b, 0x7632);
   }
   __device__ __forceinline__ uint4 unit(int u) const { return unit_of_words(*this, q0, q1, u); }
+  // Unit u paired as the codes unpack (SPAN_ALTERNATE: columns 2 apart),
+  // without the 4 PRMTs a unit that unit(u) spends.
+  __device__ __forceinline__ uint4 unit_raw(int u) const {
+    const uint4 q = u < 2 ? q0 : q1;
+    uint4 r;
+    four<true>((u & 1) ? q.z : q.x, r.x, r.y);
+    four<true>((u & 1) ? q.w : q.y, r.z, r.w);
+    return r;
+  }
 };
 
 // The decoder of format F for activations T: the generic one unless a fast

@@ -43,22 +43,25 @@ constexpr int RA_THREADS = 256;
 constexpr int RA_STAGES = 4;  // B stages: two in flight, one being read, one draining
 constexpr u32 RA_PERM_OUT = 256u;  // TcParams::p flag: P = 2 writes its output permuted
 constexpr u32 RA_PREFETCH = 512u;  // TcParams::p flag: the block first asks L2 for all of its weight rows
-constexpr u32 RA_OUT_NIBBLES = 1024u;  // TcParams::p flag: ... in SPAN_NIBBLES order (else SPAN_PAIRS)
+constexpr u32 RA_OUT_ORDER = 10;  // TcParams::p bits 10, 11: the permuted output's SpanOrder
 
 // Position of column p (0..127) of a span in the MMA's k order (SpanOrder,
-// decode_mma.cuh): p = 32c + col, col = 8u + (pair i, weight h of the
-// pair) as the order pairs them; pair i of unit u is k 2c + 8(i & 1) + h of
+// decode_mma.cuh): p = 32c + 8u + r, r = column span_first(order, i) + h ·
+// span_apart(order) of pair i; pair i of unit u is k 2c + 8(i & 1) + h of
 // step 2u + (i >> 1).
 __host__ __device__ constexpr u32 ra_logical(u32 p, u32 order) {
-  const u32 c = p >> 5, col = p & 31u, u = col >> 3;
-  const u32 i = order == SPAN_NIBBLES ? (col & 3u) : ((col >> 1) & 3u);
-  const u32 h = order == SPAN_NIBBLES ? ((col >> 2) & 1u) : (col & 1u);
+  const u32 c = p >> 5, u = (p >> 3) & 3u, r = p & 7u;
+  const u32 i = order == SPAN_PAIRS ? r >> 1 : order == SPAN_NIBBLES ? r & 3u : (r & 1u) | ((r >> 2) << 1);
+  const u32 h = order == SPAN_PAIRS ? r & 1u : order == SPAN_NIBBLES ? r >> 2 : (r >> 1) & 1u;
   return ((2u * u + (i >> 1)) << 4) | ((i & 1u) << 3) | (c << 1) | h;
 }
 static_assert(ra_logical(32, SPAN_PAIRS) == 2 && ra_logical(4, SPAN_PAIRS) == 16 && ra_logical(2, SPAN_PAIRS) == 8,
               "the pair order (tc_ra.rs mirrors it)");
 static_assert(ra_logical(4, SPAN_NIBBLES) == 1 && ra_logical(1, SPAN_NIBBLES) == 8 && ra_logical(2, SPAN_NIBBLES) == 16,
               "the nibble order (tc_ra.rs mirrors it)");
+static_assert(ra_logical(2, SPAN_ALTERNATE) == 1 && ra_logical(1, SPAN_ALTERNATE) == 8 &&
+                  ra_logical(4, SPAN_ALTERNATE) == 16,
+              "the alternate order (tc_ra.rs mirrors it)");
 
 // y[r] = x[r] with each span's columns in the MMA's k order: y[r][s·128 +
 // ra_logical(p)] = x[r][s·128 + p]. One thread an 8-column group (16 bytes
@@ -73,6 +76,15 @@ struct RaPermParams {
 };
 static_assert(sizeof(RaPermParams) == 32, "RaPermParams layout");
 
+// The 8-column group v at span column q, its pairs in order O, into out.
+template <u32 O, typename T>
+__device__ __forceinline__ void ra_put8(T* out, u32 q, const uint4& v) {
+  const uint4 pr = x_pairs<O>(v);
+  const u32 w[4] = {pr.x, pr.y, pr.z, pr.w};
+#pragma unroll
+  for (u32 j = 0; j < 4; ++j) *reinterpret_cast<u32*>(out + ra_logical(q + span_first(O, j), O)) = w[j];
+}
+
 template <typename T>
 __global__ void __launch_bounds__(256) ra_permute(const __grid_constant__ RaPermParams p) {
   const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;  // 8-column group
@@ -82,18 +94,9 @@ __global__ void __launch_bounds__(256) ra_permute(const __grid_constant__ RaPerm
   const u32 col = (u32)(i % groups) * 8u, s0 = col & ~(RA_SPAN - 1u), q = col & (RA_SPAN - 1u);
   const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + r * p.k + col);
   T* out = static_cast<T*>(p.y) + r * p.k + s0;
-  const u32 w[4] = {v.x, v.y, v.z, v.w};
-  if (p.order == SPAN_NIBBLES) {
-    // Pair j: columns (j, j + 4) of the group.
-#pragma unroll
-    for (u32 j = 0; j < 4; ++j)
-      *reinterpret_cast<u32*>(out + ra_logical(q + j, SPAN_NIBBLES)) =
-          __byte_perm(w[j >> 1], w[2 + (j >> 1)], (j & 1) ? 0x7632 : 0x5410);
-  } else {
-    // Pair j: columns (2j, 2j + 1), as they are.
-#pragma unroll
-    for (u32 j = 0; j < 4; ++j) *reinterpret_cast<u32*>(out + ra_logical(q + 2 * j, SPAN_PAIRS)) = w[j];
-  }
+  if (p.order == SPAN_NIBBLES) ra_put8<SPAN_NIBBLES>(out, q, v);
+  else if (p.order == SPAN_ALTERNATE) ra_put8<SPAN_ALTERNATE>(out, q, v);
+  else ra_put8<SPAN_PAIRS>(out, q, v);
 }
 
 // Shared memory of an instance (tc_ra.rs: smem_bytes mirrors it).
@@ -242,7 +245,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
   cp_async_wait<0>();
 
   const bool perm = P == 2 && (p.p & RA_PERM_OUT) != 0;
-  const u32 order = (p.p & RA_OUT_NIBBLES) != 0 ? SPAN_NIBBLES : SPAN_PAIRS;
+  const u32 order = (p.p >> RA_OUT_ORDER) & 3u;
   wg_store<T, P, BM>(p, tile, n0, acc, [perm, order](u32 n) {
     return perm ? (n & ~(RA_SPAN - 1u)) | ra_logical(n & (RA_SPAN - 1u), order) : n;
   });

@@ -99,6 +99,7 @@ fn check(
         (false, None),
         (true, Some(SpanOrder::Pairs)),
         (true, Some(SpanOrder::Nibbles)),
+        (true, Some(SpanOrder::Alternate)),
     ];
     for (fused, perm) in perms {
         let i = if perm.is_some() {
@@ -133,7 +134,7 @@ fn check(
 
 #[test]
 fn permute_matches_the_host_order() {
-    for order in [SpanOrder::Pairs, SpanOrder::Nibbles] {
+    for order in SpanOrder::ALL {
         for dt in [DType::Bf16, DType::F16] {
             let x = random(&[7, 384], dt, 3);
             let out = poisoned(&[7, 384], dt);

@@ -58,61 +58,78 @@ pub(crate) fn prefetch_flag(bm: usize) -> u32 {
     }
 }
 
-/// `TcParams::p` flag (`RA_OUT_NIBBLES`): with [`PERM_OUT`], the output in
-/// [`SpanOrder::Nibbles`] (else [`SpanOrder::Pairs`]).
-const OUT_NIBBLES: u32 = 1024;
+/// `TcParams::p` bits (`RA_OUT_ORDER`): with [`PERM_OUT`], the output's
+/// [`SpanOrder`] code at bits 10 and 11.
+const OUT_ORDER_SHIFT: u32 = 10;
 
 /// The `TcParams::p` flags of an output permuted in `order`.
 pub(crate) fn perm_out_flags(order: SpanOrder) -> u32 {
-    PERM_OUT
-        | match order {
-            SpanOrder::Pairs => 0,
-            SpanOrder::Nibbles => OUT_NIBBLES,
-        }
+    PERM_OUT | order.code() << OUT_ORDER_SHIFT
 }
 
 /// The order of a span's 128 columns in the MMA's k sequence, which x (and
 /// a permuted SwiGLU output) must come in for a weight format (`SpanOrder`
-/// in `kernels/tc_ra.cu`; [`span_order`] says which). Lane c of a quad
-/// decodes columns 32c .. 32c + 31 as 4 units of 4 pairs; MMA step 2u +
-/// (i >> 1) takes pair i of unit u as k `2c + 8(i & 1)` (+ 1 for the pair's
-/// second weight). The orders differ in which columns a decoder pairs.
+/// in `kernels/decode_mma.cuh`; [`span_order`] says which). Lane c of a
+/// quad decodes columns 32c .. 32c + 31 as 4 units of 8 columns, each as 4
+/// pairs; MMA step 2u + (i >> 1) takes pair i of unit u as k
+/// `2c + 8(i & 1)` (+ 1 for the pair's second weight). The orders differ in
+/// which columns a decoder pairs: the raw orders are those its codes unpack
+/// in, so it pairs them without byte permutations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpanOrder {
-    /// Adjacent columns (8u + 2i, 8u + 2i + 1): every decoder.
+    /// Adjacent columns (2i, 2i + 1) of a unit: every decoder.
     Pairs,
-    /// Columns 4 apart (8u + i, 8u + i + 4): the order MLX 4-bit codes
-    /// unpack in, so the decoder pairs them without a byte permutation.
+    /// Columns 4 apart (i, i + 4): MLX 4-bit codes (4 nibbles a word, 16
+    /// bits apart).
     Nibbles,
+    /// Columns 2 apart ((i & 1) + 4(i >> 1), + 2): Q4_K's codes (the
+    /// nibbles of bytes 0 and 2 of a word).
+    Alternate,
 }
 
 impl SpanOrder {
+    /// Every order.
+    pub const ALL: [SpanOrder; 3] = [SpanOrder::Pairs, SpanOrder::Nibbles, SpanOrder::Alternate];
+
+    /// The unit column of pair `i`'s first weight and how far its second
+    /// is (`span_first`, `span_apart`).
+    pub const fn pair(self, i: usize) -> (usize, usize) {
+        match self {
+            SpanOrder::Pairs => (2 * i, 1),
+            SpanOrder::Nibbles => (i, 4),
+            SpanOrder::Alternate => ((i & 1) + 4 * (i >> 1), 2),
+        }
+    }
+
     /// Position of column `p` (0..128) of a span in the MMA's k order
     /// (`ra_logical`).
     pub const fn logical(self, p: usize) -> usize {
-        let (c, col) = (p >> 5, p & 31);
+        let (c, u, r) = (p >> 5, (p >> 3) & 3, p & 7);
         let (i, h) = match self {
-            SpanOrder::Pairs => ((col >> 1) & 3, col & 1),
-            SpanOrder::Nibbles => (col & 3, (col >> 2) & 1),
+            SpanOrder::Pairs => (r >> 1, r & 1),
+            SpanOrder::Nibbles => (r & 3, r >> 2),
+            SpanOrder::Alternate => ((r & 1) | ((r >> 2) << 1), (r >> 1) & 1),
         };
-        ((2 * (col >> 3) + (i >> 1)) << 4) | ((i & 1) << 3) | (c << 1) | h
+        ((2 * u + (i >> 1)) << 4) | ((i & 1) << 3) | (c << 1) | h
     }
 
     const fn code(self) -> u32 {
         match self {
             SpanOrder::Pairs => 0,
             SpanOrder::Nibbles => 1,
+            SpanOrder::Alternate => 2,
         }
     }
 }
 
-/// The span order `tc_ra` reads x in for weights of `format` (`RaOrder`):
-/// [`SpanOrder::Nibbles`] for MLX affine 4-bit (its decoder's pairs without
-/// PRMTs: 19 → 15 instructions a unit of 8 weights), else
-/// [`SpanOrder::Pairs`].
+/// The span order `tc_ra` reads x in for weights of `format` (`SpanOf`):
+/// the order its decoder's codes unpack in where it has a raw unit (MLX
+/// 4-bit: [`SpanOrder::Nibbles`], Q4_K: [`SpanOrder::Alternate`]; 4 PRMTs
+/// fewer a unit of 8 weights), else [`SpanOrder::Pairs`].
 pub fn span_order(format: WeightFormat) -> SpanOrder {
     match format {
         WeightFormat::Affine(a) if a.bits == 4 => SpanOrder::Nibbles,
+        WeightFormat::Ggml(crate::format::GgmlType::Q4_K) => SpanOrder::Alternate,
         _ => SpanOrder::Pairs,
     }
 }
@@ -369,36 +386,43 @@ mod tests {
 
     #[test]
     fn span_orders_are_permutations_of_the_decoders_pairs() {
-        for (order, apart) in [(SpanOrder::Pairs, 1), (SpanOrder::Nibbles, 4)] {
+        for order in SpanOrder::ALL {
             let mut seen = [false; SPAN];
             for p in 0..SPAN {
                 let l = order.logical(p);
                 assert!(l < SPAN && !seen[l], "{order:?}: column {p} -> {l}");
                 seen[l] = true;
-                // A decoder's pair (columns `apart` apart in a unit of 8)
-                // is one 4-byte word of the MMA's k order.
-                if (p % (2 * apart)) < apart {
-                    assert_eq!(order.logical(p + apart), l + 1, "{order:?}: {p}");
+            }
+            // Pair i of every unit is one 4-byte word of the MMA's k order:
+            // its first weight at an even k, the second right after.
+            for unit in 0..SPAN / 8 {
+                for i in 0..4 {
+                    let (a, d) = order.pair(i);
+                    let first = order.logical(8 * unit + a);
+                    assert_eq!(first % 2, 0, "{order:?} unit {unit} pair {i}");
+                    assert_eq!(order.logical(8 * unit + a + d), first + 1, "{order:?}");
                 }
             }
         }
-        // Lane 1's first column is k 2 of step 0; step 1 starts at column 4
-        // (Pairs), at the unit's third pair (Nibbles): the kernel's asserts.
+        // Lane 1's first column is k 2 of step 0; step 1 starts at the
+        // unit's third pair: the kernel's static asserts.
         assert_eq!(SpanOrder::Pairs.logical(32), 2);
         assert_eq!(SpanOrder::Pairs.logical(4), 16);
         assert_eq!(SpanOrder::Pairs.logical(2), 8);
         assert_eq!(SpanOrder::Nibbles.logical(4), 1);
         assert_eq!(SpanOrder::Nibbles.logical(1), 8);
         assert_eq!(SpanOrder::Nibbles.logical(2), 16);
+        assert_eq!(SpanOrder::Alternate.logical(2), 1);
+        assert_eq!(SpanOrder::Alternate.logical(1), 8);
+        assert_eq!(SpanOrder::Alternate.logical(4), 16);
         let a4 = WeightFormat::Affine(crate::format::AffineParams {
             bits: 4,
             group_size: 32,
         });
         assert_eq!(span_order(a4), SpanOrder::Nibbles);
-        assert_eq!(
-            span_order(WeightFormat::Ggml(crate::format::GgmlType::Q4_0)),
-            SpanOrder::Pairs
-        );
+        let q = |t| span_order(WeightFormat::Ggml(t));
+        assert_eq!(q(crate::format::GgmlType::Q4_K), SpanOrder::Alternate);
+        assert_eq!(q(crate::format::GgmlType::Q4_0), SpanOrder::Pairs);
     }
 
     #[test]
