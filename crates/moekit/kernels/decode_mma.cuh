@@ -9,7 +9,8 @@
 // (one decoder slice each) and of token g's activation row. The MMA's
 // logical k is mapped onto these physical columns — MMA j of the span (8 per
 // span) takes 4 of the lane's columns, 32c + 4j .. 32c + 4j + 3 or, for MLX
-// 4-bit weights, pairs of columns 4 apart (SpanOrder below) — for A and B
+// 4-bit and Q4_K weights, pairs of columns 4 or 2 apart (SpanOrder below)
+// — for A and B
 // alike, so the products are those of the plain dot product, summed in a
 // fixed order that depends on K and the format only (deterministic, batch
 // invariant).

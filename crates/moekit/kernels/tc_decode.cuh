@@ -119,15 +119,16 @@ template <typename F, typename T> struct TcDirect { static constexpr bool value 
 template <typename T> struct TcDirect<FmtDense<T>, T> { static constexpr bool value = true; };
 
 // 8 codes of 4 bits at nibbles 0..7 of w (MLX affine order) → 4 T pairs
-// (codes 2i, 2i + 1), scaled and offset.
+// as they unpack: codes (i, i + 4) (nibbles 4 apart sit 16 bits apart),
+// scaled and offset.
 template <typename T>
 __device__ __forceinline__ uint4 nibbles8_raw(u32 w, u32 s2, u32 b2) {
-  // Pairs (0,4), (1,5), (2,6), (3,7): nibbles 4 apart sit 16 bits apart.
   return make_uint4(Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w), s2, b2),
                     Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 4), s2, b2),
                     Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 8), s2, b2),
                     Pk<T>::scale(Pk<T>::template magic<0x000F000Fu>(w >> 12), s2, b2));
 }
+// The same 8 codes as pairs (2i, 2i + 1).
 template <typename T>
 __device__ __forceinline__ uint4 nibbles8(u32 w, u32 s2, u32 b2) {
   const uint4 a = nibbles8_raw<T>(w, s2, b2);  // pairs (0,4), (1,5), (2,6), (3,7)

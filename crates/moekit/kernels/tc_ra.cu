@@ -12,16 +12,17 @@
 // global memory two spans ahead into its format's decoder (the tile decoders
 // of tc_decode.cuh, read from global memory as the decode path does), and
 // decodes them into the A fragments of the span's 8 k16 steps, 4 pairs a
-// unit of 8 columns as the decoder pairs them (SpanOrder below: adjacent
-// columns, or for MLX 4-bit columns 4 apart, which needs no PRMT) — so the
+// unit of 8 columns as the decoder pairs them (SpanOrder, decode_mma.cuh:
+// adjacent columns, or as MLX 4-bit and Q4_K codes unpack, which needs no
+// PRMT) — so the
 // MMA's logical k order is a permutation of the span's columns, and the
 // activations (wgmma's B, the tile's BM rows, staged in shared memory with
 // cp.async) must be stored in that order: x permuted once by `ra_permute`
 // (and the SwiGLU output written permuted, in the down weights' order, for
 // the down projection that reads it). Both operands see the same
 // permutation, so each output is the plain dot product, summed in an order
-// fixed by K alone (deterministic and batch-invariant, like every other
-// path).
+// fixed by K and the format alone (deterministic and batch-invariant, like
+// every other path).
 //
 // Pipeline, per span s (4 B stages, each BM rows × 128 columns in two
 // 128-byte-swizzled 64-column halves): wait for stage s, barrier, issue

@@ -5,7 +5,7 @@
 //!
 //! The MMA's k order is a fixed permutation of each 128-column span (lane c
 //! of a quad decodes 32 consecutive columns, `kernels/decode_mma.cuh`), one
-//! of two by the weight format ([`span_order`]), so the activations must
+//! of three by the weight format ([`span_order`]), so the activations must
 //! come in that order: [`permute_into`] permutes x once (a copy of
 //! `[T, H]`), and the gate/up GEMM writes its SwiGLU output permuted in the
 //! down weights' order ([`Kernel::RegA`]'s `perm_out`) for the down GEMM
@@ -42,6 +42,8 @@ pub const TILE_ROWS: [usize; 4] = [16, 32, 64, 128];
 const STAGES: usize = 4;
 /// `TcParams::p` flag (`RA_PERM_OUT`): P = 2 writes its output permuted.
 const PERM_OUT: u32 = 256;
+/// `TcParams::p` flag (`RA_PREFETCH`): see [`prefetch_flag`].
+const PREFETCH: u32 = 512;
 /// `TcParams::p` flag (`RA_PREFETCH`) for a `bm`-row tile: the block first
 /// asks L2 for all of its weight rows (one bulk prefetch a range). Set for
 /// 128-row tiles only, where it measured faster (H200, qwen3-30b-a3b
@@ -52,7 +54,7 @@ pub(crate) fn prefetch_flag(bm: usize) -> u32 {
     static ENV: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let on = *ENV.get_or_init(|| super::env_knob("MOEKIT_TC_PF", 0..=1, 1));
     if on == 1 && bm == 128 {
-        512
+        PREFETCH
     } else {
         0
     }
