@@ -46,6 +46,7 @@ fn block(format: WeightFormat) -> moekit::Result<MoeBlock> {
         gate_up: GateUp::separate(rw(format, E, I, H, 2)?, rw(format, E, I, H, 3)?)?,
         down: rw(format, E, H, I, 4)?,
         shared: None,
+        ffn: Default::default(),
     })
 }
 

@@ -7,6 +7,7 @@ use moekit::format::random::random_weights;
 use moekit::moe::MoePath;
 use moekit::moe::{MoeBlock, MoeBlockParts, SharedExpert};
 use moekit::ops::act::GateUp;
+use moekit::ops::ffn::{ExpertBiases, ExpertFfn, GluAct};
 use moekit::ops::route::RouterConfig;
 use moekit::{Backend, DType, Device, Tensor, WeightFormat};
 use rand::{Rng, SeedableRng};
@@ -191,12 +192,35 @@ fn build_block(
         n_experts: e,
         top_k: p.top_k,
     };
+    let ffn = match p.glu {
+        GluAct::SwiGlu => ExpertFfn::default(),
+        act => {
+            // gpt-oss: biases on the router and every expert projection.
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(9));
+            let mut bias = |shape: &[usize], std: f32| {
+                let v: Vec<f32> = (0..shape.iter().product::<usize>())
+                    .map(|_| std * (rng.random::<f32>() * 2.0 - 1.0))
+                    .collect();
+                Tensor::from_f32(&v, shape, DType::F32).map(Some)
+            };
+            ExpertFfn {
+                act,
+                bias: ExpertBiases {
+                    router: bias(&[e], 0.5)?,
+                    gate: bias(&[e, i], 1.0)?,
+                    up: bias(&[e, i], 1.0)?,
+                    down: bias(&[e, h], 0.1)?,
+                },
+            }
+        }
+    };
     MoeBlock::new(MoeBlockParts {
         router,
         router_weight,
         gate_up,
         down,
         shared,
+        ffn,
     })
 }
 

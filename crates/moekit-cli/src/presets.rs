@@ -1,7 +1,8 @@
 //! Model shapes for synthetic benchmarks. Each preset of a loader family is
 //! listed under that family in `moekit::load::family::FAMILIES` (a test
-//! keeps the two in step); gpt-oss has no loader yet.
+//! keeps the two in step).
 
+use moekit::ops::ffn::GluAct;
 use moekit::ops::route::{RouterKind, Scoring};
 
 /// An MoE layer shape and routing rule.
@@ -15,6 +16,9 @@ pub struct Preset {
     /// Shared-expert intermediate size (0 = none) and whether it is sigmoid-gated.
     pub shared: (usize, bool),
     pub router: RouterKind,
+    /// The experts' activation; a block with [`GluAct::SwiGluOai`] also gets
+    /// random biases on its router and expert projections (gpt-oss).
+    pub glu: GluAct,
 }
 
 pub fn all() -> Vec<Preset> {
@@ -29,6 +33,7 @@ pub fn all() -> Vec<Preset> {
             router: RouterKind::SoftmaxTopK {
                 norm_topk_prob: true,
             },
+            glu: GluAct::SwiGlu,
         },
         Preset {
             name: "mixtral-8x7b",
@@ -38,6 +43,7 @@ pub fn all() -> Vec<Preset> {
             intermediate: 14336,
             shared: (0, false),
             router: RouterKind::TopKSoftmax,
+            glu: GluAct::SwiGlu,
         },
         Preset {
             name: "deepseek-v2-lite",
@@ -57,6 +63,7 @@ pub fn all() -> Vec<Preset> {
                 norm_topk_prob: false,
                 routed_scaling_factor: 1.0,
             },
+            glu: GluAct::SwiGlu,
         },
         Preset {
             name: "gpt-oss-20b",
@@ -66,6 +73,7 @@ pub fn all() -> Vec<Preset> {
             intermediate: 2880,
             shared: (0, false),
             router: RouterKind::TopKSoftmax,
+            glu: GluAct::GPT_OSS,
         },
         Preset {
             name: "qwen3-next-80b",
@@ -78,6 +86,7 @@ pub fn all() -> Vec<Preset> {
             router: RouterKind::SoftmaxTopK {
                 norm_topk_prob: true,
             },
+            glu: GluAct::SwiGlu,
         },
     ]
 }
@@ -95,7 +104,7 @@ mod tests {
     use moekit::load::family::FAMILIES;
 
     /// Presets without a loader family.
-    const NO_FAMILY: [&str; 1] = ["gpt-oss-20b"];
+    const NO_FAMILY: [&str; 0] = [];
 
     #[test]
     fn qwen3_next_preset_matches_its_config() {

@@ -145,6 +145,7 @@ fn with_dense_dtype(b: &MoeBlock, d: DType) -> moekit::Result<MoeBlock> {
         gate_up: gate_up_dtype(&p.gate_up, d)?,
         down: to_dense_dtype(&p.down, d)?,
         shared,
+        ffn: p.ffn.clone(),
     })
 }
 
@@ -232,6 +233,7 @@ impl Layer {
             gate_up,
             down: down.w.clone(),
             shared: None,
+            ffn: Default::default(),
         })
         .map_err(err)?;
         let device = block.device();

@@ -112,6 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         down: q8_0(&random(E * H * I, 4, 0.05), E, H, I)?,
         // Optional always-on expert (Qwen2-MoE, DeepSeek); none here.
         shared: None::<SharedExpert>,
+        ffn: Default::default(),
     })?;
     let p = block.parts();
     println!(

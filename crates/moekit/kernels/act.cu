@@ -1,4 +1,6 @@
-// act.cu — elementwise SwiGLU: out = silu(gate) · up, in f32, stored as T.
+// act.cu — elementwise epilogues of the general path, in f32, stored as T:
+// SwiGLU out = silu(gate) · up; a bias row added to every row; and the
+// routing-weighted expert biases added to a combined output.
 #include "moekit/common.cuh"
 
 namespace moekit {
@@ -20,6 +22,54 @@ __global__ void swiglu(const __grid_constant__ SwigluParams p) {
   const u64 stride = (u64)gridDim.x * blockDim.x;
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride)
     out[i] = from_f32<T>(silu(to_f32(g[i])) * to_f32(u[i]));
+}
+
+
+struct RowBiasParams {
+  void* y;             // [rows, n] of T, updated in place
+  const float* bias;   // [n]
+  u64 rows, n;
+};
+static_assert(sizeof(RowBiasParams) == 32, "RowBiasParams layout");
+
+// y[r, c] += bias[c] (grid-stride).
+template <typename T>
+__global__ void row_bias(const __grid_constant__ RowBiasParams p) {
+  T* y = static_cast<T*>(p.y);
+  const u64 stride = (u64)gridDim.x * blockDim.x, total = p.rows * p.n;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
+    y[i] = from_f32<T>(to_f32(y[i]) + p.bias[i % p.n]);
+}
+
+struct RoutedBiasParams {
+  void* out;            // [T, H] of T, updated in place
+  const u32* ids;       // [T, k]
+  const float* weights; // [T, k]
+  const float* bias;    // [E, H]
+  u32* err;
+  u32 n_tokens, hidden, top_k, n_experts;
+  u32 pad[2];
+};
+static_assert(sizeof(RoutedBiasParams) == 64, "RoutedBiasParams layout");
+
+// out[t, h] += Σ_j weights[t, j] · bias[ids[t, j], h], slots in order j; an
+// id ≥ E is reported and its slot skipped. grid = (⌈H / block⌉, T).
+template <typename T>
+__global__ void routed_bias(const __grid_constant__ RoutedBiasParams p) {
+  const u32 t = blockIdx.y, h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= p.n_tokens || h >= p.hidden) return;
+  T* out = static_cast<T*>(p.out);
+  float s = 0.f;
+  for (u32 j = 0; j < p.top_k; ++j) {
+    const u32 e = p.ids[(u64)t * p.top_k + j];
+    if (e >= p.n_experts) {
+      report(p.err, ERR_EXPERT_ID);
+      continue;
+    }
+    s = fmaf(p.weights[(u64)t * p.top_k + j], p.bias[(u64)e * p.hidden + h], s);
+  }
+  const u64 at = (u64)t * p.hidden + h;
+  out[at] = from_f32<T>(to_f32(out[at]) + s);
 }
 
 }  // namespace moekit

@@ -64,4 +64,29 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
+// The experts' gated activation with its optional biases (src/ops/ffn.rs,
+// GluAct and ExpertBiases; the Rust mirror is cuda::ops::GluParams).
+enum GluKind : u32 { GLU_SWIGLU = 0, GLU_SWIGLU_OAI = 1 };
+struct GluParams {
+  const float* gate_bias;  // [E, N] f32, or null
+  const float* up_bias;    // [E, N] f32, or null
+  u32 kind;                // GluKind
+  float alpha, limit;      // GLU_SWIGLU_OAI
+  u32 pad;
+};
+static_assert(sizeof(GluParams) == 32, "GluParams layout");
+
+// act(g + gate_bias[at], u + up_bias[at]); `at` = expert · N + column.
+// GLU_SWIGLU_OAI (gpt-oss): min(g, limit), clamp(u, ±limit), (u + 1)·g·σ(α g).
+__device__ __forceinline__ float glu(const GluParams& a, float g, float u, u64 at) {
+  if (a.gate_bias) g += a.gate_bias[at];
+  if (a.up_bias) u += a.up_bias[at];
+  if (a.kind == GLU_SWIGLU_OAI) {
+    g = fminf(g, a.limit);
+    u = fminf(fmaxf(u, -a.limit), a.limit);
+    return (u + 1.f) * (g / (1.f + __expf(-a.alpha * g)));
+  }
+  return silu(g) * u;
+}
+
 }  // namespace moekit

@@ -2,7 +2,8 @@
 // gate+up+SwiGLU projection, for every weight format (moekit/dequant.cuh).
 //
 //   P = 1:  y[m, n] = Σ_k x[m, k] · W[e(m), n, k]
-//   P = 2:  y[m, n] = silu(Σ_k x[m, k] · G[e(m), n, k]) · (Σ_k x[m, k] · U[e(m), n, k])
+//   P = 2:  y[m, n] = act(Σ_k x[m, k] · G[e(m), n, k] + bg[e(m), n], Σ_k x[m, k] · U[e(m), n, k] + bu[e(m), n])
+//           (act and the optional biases: GluParams; plain SwiGLU silu(g)·u by default)
 //
 // Geometry (shapes only): grid.x = ⌈M / MT⌉ groups of MT consecutive rows of
 // x, grid.y = ⌈N / (WARPS · RPW)⌉ blocks of output columns; WARPS warps a
@@ -34,8 +35,9 @@ struct GatherParams {
   u32 mode;             // RowMode
   u32 group_shift;      // affine: log2(group size), else 0
   u32 pad[2];
+  GluParams glu;        // P = 2: the activation and gate/up biases
 };
-static_assert(sizeof(GatherParams) == 128, "GatherParams layout");
+static_assert(sizeof(GatherParams) == 160, "GatherParams layout");
 
 constexpr int MT = 8;                   // rows of x per block
 constexpr int WARPS = 4;                // warps per block
@@ -199,7 +201,7 @@ __global__ void __launch_bounds__(WARPS * 32) gather_mm(const __grid_constant__ 
 #pragma unroll
         for (int q = 0; q < P; ++q) v[q] = warp_sum(acc[r * P + q][j]);
         float y = v[0];
-        if constexpr (P == 2) y = silu(v[0]) * v[1];
+        if constexpr (P == 2) y = glu(p.glu, v[0], v[1], (u64)e * p.n + n);
         if (lane == 0) out[(u64)(row0 + j) * p.n + n] = from_f32<T>(y);
       }
     }

@@ -26,8 +26,9 @@ struct TcParams {
   WeightSrc src[2];    // P = 1: src[0]; P = 2: gate, up
   u32 m, n, k, n_experts;
   u32 x_rows, gather_div, group_shift, p;  // p: P, checked against the instance
+  GluParams glu;       // P = 2: the activation and gate/up biases
 };
-static_assert(sizeof(TcParams) == 136, "TcParams layout");
+static_assert(sizeof(TcParams) == 168, "TcParams layout");
 
 constexpr int TC_STAGERS = 256;   // threads that stage a tile: two a weight row
 constexpr int TC_BROWS = 128;     // weight rows of a tile (P · BN)
@@ -106,7 +107,8 @@ struct TcTile {
 // rows (d[4j + 2h + c]: weight row R + 8h, tile row 8j + 2(lane % 4) + c)
 // into out rows tile.row0 + …, output column n at col_at(n). P = 1: one
 // column a weight row; P = 2, 3: rows R and R + 8 are the two sources of
-// column 8·(R / 16) + R % 8 (tile_row), combined as SwiGLU or as a sum.
+// column 8·(R / 16) + R % 8 (tile_row), combined as p.glu's activation
+// (SwiGLU unless set) or as a sum.
 template <typename T, int P, int BM, typename ColAt>
 __device__ __forceinline__ void wg_store(const TcParams& p, const TcTile& tile, u32 n0, const float (&wacc)[BM / 2],
                                          const ColAt& col_at) {
@@ -127,7 +129,7 @@ __device__ __forceinline__ void wg_store(const TcParams& p, const TcTile& tile, 
       } else {
         const u32 n = n0 + ((R >> 4) << 3) + (R & 7);
         const float a = wacc[4 * j + c], b = wacc[4 * j + 2 + c];
-        if (n < p.n) orow[col_at(n)] = from_f32<T>(P == 2 ? silu(a) * b : a + b);
+        if (n < p.n) orow[col_at(n)] = from_f32<T>(P == 2 ? glu(p.glu, a, b, (u64)tile.e * p.n + n) : a + b);
       }
     }
 }

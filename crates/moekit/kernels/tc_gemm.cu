@@ -3,7 +3,7 @@
 // moekit/dequant.cuh:
 //
 //   P = 1:  y[r, n] = Σ_k A[r, k] · W[e(r), n, k]
-//   P = 2:  y[r, n] = silu(Σ_k A[r, k] · G[e(r), n, k]) · (Σ_k A[r, k] · U[e(r), n, k])
+//   P = 2:  y[r, n] = act(Σ_k A[r, k] · G[e(r), n, k], Σ_k A[r, k] · U[e(r), n, k]) (+ biases; p.glu)
 //   P = 3:  y[r, n] = Σ_k A[r, k] · hi(W) + Σ_k A[r, k] · lo(W), W split into
 //           hi = T(W) and lo = T(W − hi): about 16 significant bits of an f32
 //           weight (the router, whose top-k choice should not move when its
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
           for (int c = 0; c < 2; ++c) {
             if (n + c >= p.n) continue;
             float y = acc[i][j][2 * h + c];
-            if constexpr (P == 2) y = silu(y) * acc[i][j + per][2 * h + c];
+            if constexpr (P == 2) y = glu(p.glu, y, acc[i][j + per][2 * h + c], (u64)tile.e * p.n + n + c);
             if constexpr (P == 3) y += acc[i][j + per][2 * h + c];
             orow[n + c] = from_f32<T>(y);
           }

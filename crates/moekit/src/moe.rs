@@ -11,7 +11,8 @@
 use crate::device::Backend;
 use crate::error::{ensure, Result};
 use crate::format::QuantWeights;
-use crate::ops::act::{gather_swiglu_on, GateUp};
+use crate::ops::act::{gather_glu_on, gather_swiglu_on, GateUp};
+use crate::ops::ffn::{add_down_bias_on, add_router_bias_on, ExpertFfn};
 use crate::ops::gather_mm::{gather_mm_on, qmm_on, RowExperts};
 pub use crate::ops::parts::{MoeBlockParts, SharedExpert};
 use crate::ops::permute::{permute_on, unpermute_on};
@@ -75,6 +76,7 @@ impl MoeBlock {
             format!("1..={}", e.min(32)),
             p.router.top_k,
         )?;
+        p.ffn.check(e, h, i, p.down.device())?;
         if let Some(s) = &p.shared {
             let si = s.gate_up.intermediate();
             ensure(
@@ -210,8 +212,12 @@ impl MoeBlock {
         let logits = crate::cpu::with_act_mode(crate::cpu::ActMode::F32, || {
             qmm_on(backend, x, &p.router_weight)
         })?;
+        let logits = match &p.ffn.bias.router {
+            Some(b) => add_router_bias_on(backend, &logits, b)?,
+            None => logits,
+        };
         let routing = route_on(backend, &logits, &p.router)?;
-        let mut out = general_experts(backend, &p.gate_up, &p.down, x, &routing)?;
+        let mut out = general_experts(backend, &p.gate_up, &p.down, &p.ffn, x, &routing)?;
         if let (Some(s), Backend::Cuda) = (&p.shared, backend) {
             let sa = gather_swiglu_on(backend, x, &s.gate_up, RowExperts::Single)?;
             let sy = qmm_on(backend, &sa, &s.down)?;
@@ -264,6 +270,7 @@ impl MoeBlock {
             gate_up: gu(&p.gate_up)?,
             down: p.down.to_device(device)?,
             shared,
+            ffn: p.ffn.to_device(device)?,
         })
     }
 
@@ -317,15 +324,20 @@ fn general_experts(
     backend: Backend,
     gate_up: &GateUp,
     down: &QuantWeights,
+    ffn: &ExpertFfn,
     x: &Tensor,
     routing: &Routing,
 ) -> Result<Tensor> {
     let sort = expert_sort_on(backend, &routing.ids, gate_up.n_experts())?;
     let xs = permute_on(backend, x, &sort)?;
     let rows = RowExperts::Sorted(&sort.offsets);
-    let act = gather_swiglu_on(backend, &xs, gate_up, rows)?;
+    let act = gather_glu_on(backend, &xs, gate_up, rows, ffn)?;
     let ys = gather_mm_on(backend, &act, down, rows)?;
-    unpermute_on(backend, &ys, &sort, &routing.weights)
+    let out = unpermute_on(backend, &ys, &sort, &routing.weights)?;
+    match &ffn.bias.down {
+        Some(b) => add_down_bias_on(backend, &out, routing, b),
+        None => Ok(out),
+    }
 }
 
 /// The routed experts alone, for a routing computed elsewhere — vLLM's
@@ -412,7 +424,7 @@ pub fn routed_experts(
     {
         return crate::cuda::ops::tc_moe::experts_into(gate_up, down, x, routing, out.as_deref());
     }
-    let y = general_experts(backend, gate_up, down, x, routing)?;
+    let y = general_experts(backend, gate_up, down, &ExpertFfn::default(), x, routing)?;
     match out {
         Some(o) => {
             o.copy_from(&y)?;

@@ -22,6 +22,7 @@ fn block(format: &str) -> MoeBlock {
         gate_up: GateUp::separate(rw(f, e, i, h, 2), rw(f, e, i, h, 3)).unwrap(),
         down: rw(f, e, h, i, 4),
         shared: None,
+        ffn: Default::default(),
     })
     .unwrap()
 }

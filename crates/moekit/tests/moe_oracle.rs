@@ -126,6 +126,7 @@ fn build(dir: &Path, cfg: &Value) -> MoeBlock {
         gate_up,
         down,
         shared,
+        ffn: Default::default(),
     })
     .unwrap()
 }

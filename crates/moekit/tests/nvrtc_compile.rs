@@ -42,9 +42,13 @@ fn template_args(expr: &str) -> (&str, Vec<&str>) {
 
 /// The covering set of (arch, instance) compiles: on each architecture the
 /// instances of a template are grouped by their first argument (the format
-/// or type), and the `i`-th group keeps its `i mod len`-th member, so each
-/// format meets each template once and the other arguments (activation
-/// type, tile size, ...) rotate over the groups.
+/// or type), and each group keeps one member: the one whose other arguments
+/// (activation type, tile size, ...) add the most (template, position,
+/// value) triples not yet compiled, ties to the group's turn in a rotation.
+/// So each format meets each template once, and every argument value of a
+/// template is compiled wherever its groups allow, whatever other templates
+/// the library adds (a rotation over all groups at once missed values when
+/// one was added).
 fn covering<'a>(
     instances: &'a [(&'static Source, String)],
 ) -> Vec<(Arch, &'a (&'static Source, String))> {
@@ -59,8 +63,15 @@ fn covering<'a>(
             let key = format!("{tmpl}<{}>", args.first().copied().unwrap_or(""));
             groups.entry(key).or_default().push(inst);
         }
-        for (i, members) in groups.values().enumerate() {
-            jobs.push((arch, members[i % members.len()]));
+        let mut covered = std::collections::BTreeSet::new();
+        for (turn, members) in groups.values().enumerate() {
+            let triples = |m: &(&'static Source, String)| arg_values(std::iter::once(m));
+            let gain = |m: &(&'static Source, String)| triples(m).difference(&covered).count();
+            let best = (0..members.len())
+                .max_by_key(|&j| (gain(members[j]), j == turn % members.len()))
+                .unwrap_or(0);
+            covered.extend(triples(members[best]));
+            jobs.push((arch, members[best]));
         }
     }
     jobs

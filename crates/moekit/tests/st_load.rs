@@ -30,7 +30,7 @@ const NMSE_BOUND: f64 = 1e-8;
 /// formats with integer kernels): NMSE ≤ 1e-4.
 const NMSE_Q8: f64 = 1e-4;
 
-const CASES: [&str; 23] = [
+const CASES: [&str; 26] = [
     "qwen3_moe_mlx_q4",
     "qwen3_moe_hf_sharded",
     "qwen2_moe_mlx_q4",
@@ -54,6 +54,9 @@ const CASES: [&str; 23] = [
     "granitemoe_hf_fused",
     "dots1_mlx_q4",
     "dots1_hf",
+    "gpt_oss_mlx_q4",
+    "gpt_oss_mlx_mxfp4",
+    "gpt_oss_unquantized",
 ];
 
 fn case_dir(name: &str) -> PathBuf {

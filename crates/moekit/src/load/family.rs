@@ -13,7 +13,7 @@
 //! `load/safetensors/config.rs`). Tests check that both loaders have a rule
 //! for every entry, that the README's family table names the same families,
 //! architectures and types in the same order, and (in `moekit-cli`) that
-//! every bench preset but gpt-oss's belongs to exactly one family here.
+//! every bench preset belongs to exactly one family here.
 
 use crate::ops::route::GroupMask;
 
@@ -31,7 +31,7 @@ pub struct Family {
 }
 
 /// Every family the loaders support.
-pub const FAMILIES: [Family; 13] = [
+pub const FAMILIES: [Family; 14] = [
     Family {
         name: "Qwen3-MoE",
         gguf_archs: &["qwen3moe"],
@@ -113,6 +113,12 @@ pub const FAMILIES: [Family; 13] = [
         model_types: &["dots1"],
         presets: &[],
     },
+    Family {
+        name: "gpt-oss",
+        gguf_archs: &["gpt-oss"],
+        model_types: &["gpt_oss"],
+        presets: &["gpt-oss-20b"],
+    },
 ];
 
 /// The mask of dropped groups the GGUF loader gives grouped routers:
@@ -176,7 +182,8 @@ mod tests {
             by_model_type("deepseek_v3").map(|f| f.name),
             Some("DeepSeek-V3")
         );
-        assert!(by_gguf_arch("gpt-oss").is_none() && by_model_type("llama").is_none());
+        assert_eq!(by_gguf_arch("gpt-oss").map(|f| f.name), Some("gpt-oss"));
+        assert!(by_gguf_arch("gpt_oss").is_none() && by_model_type("llama").is_none());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::device::Backend;
 use crate::error::{ensure, Result};
 use crate::format::QuantWeights;
+use crate::ops::ffn::ExpertFfn;
 use crate::ops::gather_mm::{segments, RowExperts};
 use crate::ops::{check_float, check_shape};
 use crate::tensor::Tensor;
@@ -147,6 +148,19 @@ pub fn gather_swiglu_on(
     w: &GateUp,
     experts: RowExperts<'_>,
 ) -> Result<Tensor> {
+    gather_glu_on(backend, x, w, experts, &ExpertFfn::default())
+}
+
+/// [`gather_swiglu_on`] with the experts' activation and gate/up biases of
+/// `ffn`: `act(x·Wgᵀ + gate_bias[e], x·Wuᵀ + up_bias[e])` (its router and
+/// down biases are not used here). The biases are on `x`'s device.
+pub fn gather_glu_on(
+    backend: Backend,
+    x: &Tensor,
+    w: &GateUp,
+    experts: RowExperts<'_>,
+    ffn: &ExpertFfn,
+) -> Result<Tensor> {
     const OP: &str = "gather_swiglu";
     check_float(OP, "x", x, 2)?;
     let (m, h) = (x.shape()[0], x.shape()[1]);
@@ -157,13 +171,18 @@ pub fn gather_swiglu_on(
         format!("{} columns (H of the weights)", w.hidden()),
         h,
     )?;
+    let i = w.intermediate();
+    ffn.check(w.n_experts(), h, i, x.device())?;
     if backend == Backend::Cuda {
         // Before any host access: offsets/ids stay on the device.
-        return crate::cuda::ops::gather_mm::gather_swiglu(x, w, experts);
+        return crate::cuda::ops::gather_mm::gather_glu(x, w, experts, ffn);
     }
     let segs = segments(OP, experts, m, w.n_experts())?;
     let xv = x.to_f32_vec()?;
-    let i = w.intermediate();
+    let act = ffn.act;
+    let host = |t: &Option<Tensor>| t.as_ref().map(|t| t.to_f32_vec()).transpose();
+    let (gb, ub) = (host(&ffn.bias.gate)?, host(&ffn.bias.up)?);
+    let bias = |b: &Option<Vec<f32>>, at: usize| b.as_ref().map_or(0.0, |b| b[at]);
     let out = match backend {
         Backend::CpuReference => {
             let [(gw, go), (uw, uo)] = w.sources();
@@ -182,8 +201,10 @@ pub fn gather_swiglu_on(
                                 .map(|(&a, &b)| a as f64 * b as f64)
                                 .sum()
                         };
-                        let (g, u) = (dot(&gm, go + n), dot(&um, uo + n));
-                        out[r as usize * i + n] = (g / (1.0 + (-g).exp()) * u) as f32;
+                        let at = seg.expert * i + n;
+                        let g = dot(&gm, go + n) + bias(&gb, at) as f64;
+                        let u = dot(&um, uo + n) + bias(&ub, at) as f64;
+                        out[r as usize * i + n] = act.apply_f64(g, u) as f32;
                     }
                 }
             }
@@ -192,17 +213,38 @@ pub fn gather_swiglu_on(
         Backend::CpuFast | Backend::Cuda => {
             use crate::cpu::fast::gather_mm::{project, Source, Strategy};
             let [(gw, go), (uw, uo)] = w.sources();
-            let src = [
-                Source {
-                    dec: gw.decoder()?,
-                    row_offset: go,
-                },
-                Source {
-                    dec: uw.decoder()?,
-                    row_offset: uo,
-                },
-            ];
-            project(Strategy::Auto, &xv, m, &segs, src, i, |[g, u]| silu(g) * u)?
+            fn src(w: &QuantWeights, o: usize) -> Result<Source<'_>> {
+                Ok(Source {
+                    dec: w.decoder()?,
+                    row_offset: o,
+                })
+            }
+            if ffn.is_plain() {
+                project(
+                    Strategy::Auto,
+                    &xv,
+                    m,
+                    &segs,
+                    [src(gw, go)?, src(uw, uo)?],
+                    i,
+                    |[g, u]| silu(g) * u,
+                )?
+            } else {
+                // Gate and up apart, then the biases by expert and the activation.
+                let g = project(Strategy::Auto, &xv, m, &segs, [src(gw, go)?], i, |[g]| g)?;
+                let mut u = project(Strategy::Auto, &xv, m, &segs, [src(uw, uo)?], i, |[u]| u)?;
+                for seg in &segs {
+                    for &r in &seg.rows {
+                        let r = r as usize;
+                        for n in 0..i {
+                            let at = seg.expert * i + n;
+                            let o = &mut u[r * i + n];
+                            *o = act.apply(g[r * i + n] + bias(&gb, at), *o + bias(&ub, at));
+                        }
+                    }
+                }
+                u
+            }
         }
     };
     Tensor::from_f32(&out, &[m, i], x.dtype())

@@ -8,6 +8,7 @@
 //! [`gather_mm`] → [`permute::unpermute`] (weighted combine) → [`norm`] epilogues.
 
 pub mod act;
+pub mod ffn;
 pub mod gather_mm;
 pub mod norm;
 pub(crate) mod parts;

@@ -4,6 +4,7 @@
 
 use crate::format::QuantWeights;
 use crate::ops::act::GateUp;
+use crate::ops::ffn::ExpertFfn;
 use crate::ops::route::RouterConfig;
 
 /// A shared (always-on) expert, as in Qwen2-MoE, Qwen3-Next and DeepSeek.
@@ -30,6 +31,9 @@ pub struct MoeBlockParts {
     pub down: QuantWeights,
     /// Optional shared expert.
     pub shared: Option<SharedExpert>,
+    /// The routed experts' activation and biases
+    /// ([`ExpertFfn::default`]: SwiGLU, no biases).
+    pub ffn: ExpertFfn,
 }
 
 impl MoeBlockParts {

@@ -100,6 +100,7 @@ fn mixed_block(f: WeightFormat, fd: WeightFormat, s: &Shape, kind: RouterKind) -
             down: rw(fd, 1, s.h, s.si, 7),
             gate: s.gated.then(|| rw(router, 1, 1, s.h, 8)),
         }),
+        ffn: Default::default(),
     })
     .unwrap()
 }

@@ -26,6 +26,7 @@ fn block(format: &str, e: usize, k: usize, h: usize, i: usize) -> MoeBlock {
         gate_up: GateUp::separate(rw(f, e, i, h, 2), rw(f, e, i, h, 3)).unwrap(),
         down: rw(f, e, h, i, 4),
         shared: None,
+        ffn: Default::default(),
     })
     .unwrap()
 }

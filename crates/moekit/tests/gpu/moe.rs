@@ -103,6 +103,7 @@ fn random_block(
             down: rw(format, 1, h, i, 6),
             gate: Some(rw(WeightFormat::Dense(DType::F32), 1, 1, h, 7)),
         }),
+        ffn: Default::default(),
     })
     .unwrap()
 }
@@ -218,6 +219,51 @@ fn moe_block_captures_into_a_cuda_graph_and_replays_with_new_inputs() {
                 got,
                 "{path:?} replay seed {seed} not bit-identical"
             );
+        }
+    }
+}
+
+/// gpt-oss blocks (router and expert biases, clamped SwiGLU) from their
+/// fixtures: bf16 activations on the tensor-core and general CUDA paths
+/// against the CPU reference on the same bf16 input; the decode path
+/// refuses them and says why; the tensor-core path captures into a graph.
+#[test]
+fn gpt_oss_blocks_match_cpu_on_every_cuda_path() {
+    let root = fixtures();
+    let cases = [
+        (root.join("gguf/gpt_oss_mxfp4.gguf"), 0usize),
+        (root.join("st/gpt_oss_mlx_q4"), 1),
+        (root.join("st/gpt_oss_mlx_mxfp4"), 1),
+        (root.join("st/gpt_oss_unquantized"), 1),
+    ];
+    for (model, layer) in cases {
+        let cpu = load::open(&model)
+            .unwrap()
+            .moe_block(layer, &|_, _| {})
+            .unwrap();
+        let dev = cpu.to_device(gpu()).unwrap();
+        let h = cpu.hidden();
+        for t in [1usize, 5, 70] {
+            let x = random(&[t, h], DType::Bf16, t as u64);
+            let want = with_act_mode(ActMode::F32, || {
+                cpu.forward_with(Backend::CpuReference, MoePath::General, &x)
+            })
+            .unwrap()
+            .out
+            .to_f32_vec()
+            .unwrap();
+            let xg = x.to_device(gpu()).unwrap();
+            for path in [MoePath::TensorCore, MoePath::General, MoePath::Auto] {
+                let got = host_f32(&dev.forward_with(Backend::Cuda, path, &xg).unwrap().out);
+                let e = nmse(&got, &want);
+                println!("{} T={t} {path:?}: NMSE {e:.2e}", model.display());
+                assert!(e <= 1e-4, "{} T={t} {path:?}: NMSE {e:e}", model.display());
+            }
+            let why = dev
+                .forward_with(Backend::Cuda, MoePath::Decode, &xg)
+                .unwrap_err()
+                .to_string();
+            assert!(why.contains("SwiGluOai"), "{why}");
         }
     }
 }

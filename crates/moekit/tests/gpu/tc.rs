@@ -504,6 +504,7 @@ fn block(f: WeightFormat, e: usize, k: usize, h: usize, i: usize, shared: bool) 
             down: rw(f, 1, h, i, 7),
             gate: Some(rw(router, 1, 1, h, 8)),
         }),
+        ffn: Default::default(),
     })
     .unwrap()
 }

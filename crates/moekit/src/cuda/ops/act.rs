@@ -1,5 +1,7 @@
 //! `kernels/act.cu`: elementwise SwiGLU `silu(gate) · up` (the fused
-//! gate+up+SwiGLU projection is [`super::gather_mm::gather_swiglu`]).
+//! gate+up+SwiGLU projection is [`super::gather_mm::gather_glu`]), a
+//! bias row added to every row (the router's bias), and the
+//! routing-weighted expert biases added to a combined output (down's bias).
 
 use super::{check_out, ctype, launch, Geometry, FLOAT_DTYPES};
 use crate::cuda::jit::Source;
@@ -28,13 +30,158 @@ const _: () = assert!(std::mem::size_of::<SwigluParams>() == 32);
 // SAFETY: plain-old-data mirrored by the kernel's SwigluParams.
 unsafe impl cudarc::driver::DeviceRepr for SwigluParams {}
 
-/// Instances for the compile check: one per activation dtype.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RowBiasParams {
+    y: u64,
+    bias: u64,
+    rows: u64,
+    n: u64,
+}
+const _: () = assert!(std::mem::size_of::<RowBiasParams>() == 32);
+// SAFETY: plain-old-data mirrored by the kernel's RowBiasParams.
+unsafe impl cudarc::driver::DeviceRepr for RowBiasParams {}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RoutedBiasParams {
+    out: u64,
+    ids: u64,
+    weights: u64,
+    bias: u64,
+    err: u64,
+    n_tokens: u32,
+    hidden: u32,
+    top_k: u32,
+    n_experts: u32,
+    pad: [u32; 2],
+}
+const _: () = assert!(std::mem::size_of::<RoutedBiasParams>() == 64);
+// SAFETY: plain-old-data mirrored by the kernel's RoutedBiasParams.
+unsafe impl cudarc::driver::DeviceRepr for RoutedBiasParams {}
+
+/// Instances for the compile check: each kernel per activation dtype.
 pub fn instances() -> Vec<(&'static Source, String)> {
     FLOAT_DTYPES
         .iter()
         .filter_map(|&d| ctype("swiglu", d).ok())
-        .map(|t| (&SRC, format!("moekit::swiglu<{t}>")))
+        .flat_map(|t| {
+            ["swiglu", "row_bias", "routed_bias"].map(|k| (&SRC, format!("moekit::{k}<{t}>")))
+        })
         .collect()
+}
+
+/// Checks that `t` is an f32 tensor of `shape` on `device`.
+fn check_f32(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    shape: &[usize],
+    device: crate::Device,
+) -> Result<()> {
+    ensure(
+        t.dtype() == crate::DType::F32 && t.shape() == shape && t.device() == device,
+        op,
+        arg,
+        format!("f32 {shape:?} on {device}"),
+        format!("{} {:?} on {}", t.dtype(), t.shape(), t.device()),
+    )
+}
+
+/// `y[r, c] += bias[c]` in place: `y [rows, n]` float on a CUDA device,
+/// `bias` f32 `[n]` on the same device.
+pub fn row_bias_add(y: &Tensor, bias: &Tensor) -> Result<()> {
+    const OP: &str = "row_bias";
+    let yb = y.cuda_bytes()?;
+    let dev = yb.device().clone();
+    let t = ctype(OP, y.dtype())?;
+    ensure(y.rank() == 2, OP, "y", "rank 2", format!("{:?}", y.shape()))?;
+    let (rows, n) = (y.shape()[0], y.shape()[1]);
+    check_f32(OP, "bias", bias, &[n], y.device())?;
+    let total = rows * n;
+    if total == 0 {
+        return Ok(());
+    }
+    let p = RowBiasParams {
+        y: yb.ptr(),
+        bias: bias.cuda_bytes()?.ptr(),
+        rows: rows as u64,
+        n: n as u64,
+    };
+    let geo = Geometry {
+        grid: (total.div_ceil(THREADS).min(MAX_BLOCKS) as u32, 1, 1),
+        block: (THREADS as u32, 1, 1),
+        shared: 0,
+    };
+    // SAFETY: y holds rows·n elements of T and bias n f32 on one device
+    // (checked); the kernel touches indices < rows·n of y and < n of bias.
+    unsafe { launch(&dev, &SRC, &format!("moekit::row_bias<{t}>"), geo, p, OP) }
+}
+
+/// `out[t, h] += Σ_j weights[t, j] · bias[ids[t, j], h]` in place (slots in
+/// order; an id ≥ E is reported and skipped): `out [T, H]` float, `ids`
+/// u32 `[T, k]`, `weights` and `bias` (`[E, H]`) f32, all on one device.
+pub fn routed_bias_add(out: &Tensor, ids: &Tensor, weights: &Tensor, bias: &Tensor) -> Result<()> {
+    const OP: &str = "routed_bias";
+    let ob = out.cuda_bytes()?;
+    let dev = ob.device().clone();
+    let t = ctype(OP, out.dtype())?;
+    ensure(
+        out.rank() == 2,
+        OP,
+        "out",
+        "rank 2",
+        format!("{:?}", out.shape()),
+    )?;
+    let (nt, h) = (out.shape()[0], out.shape()[1]);
+    ensure(
+        ids.dtype() == crate::DType::U32
+            && ids.rank() == 2
+            && ids.shape()[0] == nt
+            && ids.device() == out.device(),
+        OP,
+        "ids",
+        format!("u32 [{nt}, k] on {}", out.device()),
+        format!("{} {:?} on {}", ids.dtype(), ids.shape(), ids.device()),
+    )?;
+    let k = ids.shape()[1];
+    check_f32(OP, "weights", weights, &[nt, k], out.device())?;
+    ensure(
+        bias.dtype() == crate::DType::F32
+            && bias.rank() == 2
+            && bias.shape()[1] == h
+            && bias.device() == out.device(),
+        OP,
+        "bias",
+        format!("f32 [E, {h}] on {}", out.device()),
+        format!("{} {:?} on {}", bias.dtype(), bias.shape(), bias.device()),
+    )?;
+    if nt == 0 || h == 0 {
+        return Ok(());
+    }
+    let u =
+        |v: usize, arg| u32::try_from(v).map_err(|_| crate::error::invalid(OP, arg, "< 2^32", v));
+    ensure(nt <= 65535, OP, "out", "at most 65535 rows", nt)?;
+    let p = RoutedBiasParams {
+        out: ob.ptr(),
+        ids: ids.cuda_bytes()?.ptr(),
+        weights: weights.cuda_bytes()?.ptr(),
+        bias: bias.cuda_bytes()?.ptr(),
+        err: dev.error_word(),
+        n_tokens: u(nt, "out")?,
+        hidden: u(h, "out")?,
+        top_k: u(k, "ids")?,
+        n_experts: u(bias.shape()[0], "bias")?,
+        pad: [0; 2],
+    };
+    let geo = Geometry {
+        grid: (h.div_ceil(THREADS) as u32, nt as u32, 1),
+        block: (THREADS as u32, 1, 1),
+        shared: 0,
+    };
+    // SAFETY: out [T, H] of T, ids/weights [T, k], bias [E, H] on one device
+    // (checked); the kernel bounds t < T, h < H, and skips ids ≥ E.
+    unsafe { launch(&dev, &SRC, &format!("moekit::routed_bias<{t}>"), geo, p, OP) }
 }
 
 /// `silu(gate) · up` elementwise on the device of `gate`.

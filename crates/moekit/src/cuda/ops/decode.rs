@@ -409,6 +409,13 @@ fn plan_for(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<Plan, String> 
             x.device()
         ));
     }
+    if !p.ffn.is_plain() {
+        return Err(format!(
+            "its experts' FFN is {:?}{}; the decode path runs plain SwiGLU without biases",
+            p.ffn.act,
+            if p.ffn.has_bias() { " with biases" } else { "" }
+        ));
+    }
     if !router_format_ok(p.router_weight.format()) {
         return Err(format!(
             "its router weights are {}; the decode path's router takes dense or MLX affine weights",

@@ -23,6 +23,7 @@ use crate::dtype::DType;
 use crate::error::{ensure, invalid, Result};
 use crate::format::{GgmlType, QuantWeights, WeightFormat};
 use crate::ops::act::GateUp;
+use crate::ops::ffn::ExpertFfn;
 use crate::ops::gather_mm::RowExperts;
 use crate::tensor::Tensor;
 use std::collections::BTreeSet;
@@ -63,8 +64,9 @@ struct GatherParams {
     mode: u32,
     group_shift: u32,
     pad: [u32; 2],
+    glu: super::GluParams,
 }
-const _: () = assert!(std::mem::size_of::<GatherParams>() == 128);
+const _: () = assert!(std::mem::size_of::<GatherParams>() == 160);
 // SAFETY: plain-old-data mirrored by the kernel's GatherParams (and WeightSrc).
 unsafe impl cudarc::driver::DeviceRepr for GatherParams {}
 
@@ -290,6 +292,7 @@ fn base_params(
         mode,
         group_shift: 0,
         pad: [0; 2],
+        glu: super::GluParams::default(),
     })
 }
 
@@ -376,11 +379,18 @@ pub fn gather_mm_into(
     run(OP, x, w, 1, p)
 }
 
-/// Fused `silu(x·Wgᵀ) · (x·Wuᵀ)`: `x [M, H]` → `[M, I]` on the device of `x`.
-pub fn gather_swiglu(x: &Tensor, w: &GateUp, experts: RowExperts<'_>) -> Result<Tensor> {
+/// Fused `act(x·Wgᵀ + bg, x·Wuᵀ + bu)` with `ffn`'s activation and gate/up
+/// biases (validated by the caller: f32 `[E, I]` on `x`'s device): `x [M,
+/// H]` → `[M, I]` on the device of `x`.
+pub fn gather_glu(
+    x: &Tensor,
+    w: &GateUp,
+    experts: RowExperts<'_>,
+    ffn: &ExpertFfn,
+) -> Result<Tensor> {
     let m = x.shape().first().copied().unwrap_or(0);
     let out = Tensor::zeros_on(x.dtype(), &[m, w.intermediate()], x.device())?;
-    gather_swiglu_into(x, w, experts, &out)?;
+    gather_glu_into(x, w, experts, ffn, &out)?;
     Ok(out)
 }
 
@@ -389,7 +399,7 @@ pub(crate) fn same_instance(a: &QuantWeights, b: &QuantWeights) -> bool {
     a.format() == b.format() && a.scales().map(|s| s.dtype()) == b.scales().map(|s| s.dtype())
 }
 
-/// [`gather_swiglu`] into a preallocated `out [M, I]` of `x`'s dtype.
+/// Fused `silu(x·Wgᵀ) · (x·Wuᵀ)` into a preallocated `out [M, I]` of `x`'s dtype.
 ///
 /// One pass over gate and up when they share a format (always for
 /// [`GateUp::Fused`]); separate gate and up weights of different formats run
@@ -400,6 +410,18 @@ pub fn gather_swiglu_into(
     experts: RowExperts<'_>,
     out: &Tensor,
 ) -> Result<()> {
+    gather_glu_into(x, w, experts, &ExpertFfn::default(), out)
+}
+
+/// [`gather_swiglu_into`] with `ffn`'s activation and gate/up biases.
+/// Gate and up of different formats take it only as plain SwiGLU.
+pub fn gather_glu_into(
+    x: &Tensor,
+    w: &GateUp,
+    experts: RowExperts<'_>,
+    ffn: &ExpertFfn,
+    out: &Tensor,
+) -> Result<()> {
     const OP: &str = "gather_swiglu";
     let i = w.intermediate();
     let (first, srcs) = match w {
@@ -407,6 +429,13 @@ pub fn gather_swiglu_into(
             check_weights(OP, x, gate, "gate")?;
             check_weights(OP, x, up, "up")?;
             if !same_instance(gate, up) {
+                ensure(
+                    ffn.is_plain(),
+                    OP,
+                    "ffn",
+                    "plain SwiGLU without biases when gate and up differ in format",
+                    format!("{:?} with biases: {}", ffn.act, ffn.has_bias()),
+                )?;
                 return separate_swiglu(x, gate, up, experts, out);
             }
             (gate, [weight_src(OP, gate, 0)?, weight_src(OP, up, 0)?])
@@ -419,6 +448,7 @@ pub fn gather_swiglu_into(
     let mut p = base_params(OP, x, w.n_experts(), w.hidden(), i, experts, out)?;
     p.src = srcs;
     p.group_shift = group_shift(first.format());
+    p.glu = super::GluParams::of(ffn)?;
     run(OP, x, first, 2, p)
 }
 

@@ -74,6 +74,39 @@ pub fn check_out(
     )
 }
 
+/// The experts' activation and gate/up biases as the kernels take them
+/// (`kernels/common.cuh` `GluParams`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct GluParams {
+    gate_bias: u64,
+    up_bias: u64,
+    kind: u32,
+    alpha: f32,
+    limit: f32,
+    pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<GluParams>() == 32);
+
+impl GluParams {
+    /// `ffn`'s activation and gate/up bias pointers (validated by the caller:
+    /// f32 `[E, I]` on the kernel's device).
+    pub(crate) fn of(ffn: &crate::ops::ffn::ExpertFfn) -> Result<GluParams> {
+        let ptr = |t: &Option<crate::tensor::Tensor>| -> Result<u64> {
+            t.as_ref().map_or(Ok(0), |t| Ok(t.cuda_bytes()?.ptr()))
+        };
+        let (kind, alpha, limit) = ffn.act.kernel_args();
+        Ok(GluParams {
+            gate_bias: ptr(&ffn.bias.gate)?,
+            up_bias: ptr(&ffn.bias.up)?,
+            kind,
+            alpha,
+            limit,
+            pad: 0,
+        })
+    }
+}
+
 /// The activation dtypes every kernel is instantiated for.
 pub const FLOAT_DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::Bf16];
 

@@ -18,12 +18,14 @@
 use super::gather_mm::{
     all_format_types, format_type, group_shift, same_instance, weight_src, WeightSrc,
 };
+use super::GluParams;
 use super::{check_out, ctype, launch, Geometry};
 use crate::cuda::jit::Source;
 use crate::dtype::DType;
 use crate::error::{ensure, invalid, Result};
 use crate::format::{QuantWeights, WeightFormat};
 use crate::ops::act::GateUp;
+use crate::ops::ffn::ExpertFfn;
 use crate::tensor::Tensor;
 use std::collections::BTreeSet;
 
@@ -71,8 +73,9 @@ pub(crate) struct TcParams {
     gather_div: u32,
     group_shift: u32,
     p: u32,
+    glu: GluParams,
 }
-const _: () = assert!(std::mem::size_of::<TcParams>() == 136);
+const _: () = assert!(std::mem::size_of::<TcParams>() == 168);
 // SAFETY: plain-old-data mirrored by the kernel's TcParams (and WeightSrc).
 unsafe impl cudarc::driver::DeviceRepr for TcParams {}
 
@@ -413,6 +416,7 @@ pub(crate) fn run_kernel(
     n: usize,
     rows: TcRows<'_>,
     out: &Tensor,
+    glu: GluParams,
 ) -> Result<()> {
     let w = srcs[0].0;
     let xb = x.cuda_bytes()?;
@@ -529,6 +533,7 @@ pub(crate) fn run_kernel(
         gather_div: u32_of(op, "top_k", div)?,
         group_shift: group_shift(w.format()),
         p: p_sources as u32 | flags,
+        glu,
     };
     let geo = Geometry {
         grid: (gx as u32, gy as u32, 1),
@@ -559,6 +564,7 @@ pub fn matmul_into(x: &Tensor, w: &QuantWeights, rows: TcRows<'_>, out: &Tensor)
         w.rows(),
         rows,
         out,
+        GluParams::default(),
     )
 }
 
@@ -600,15 +606,48 @@ pub fn split_matmul_into(
             None,
             None,
         )?;
-        return run_kernel(Kernel::Staged, OP, x, [(&hl, 0), (&hl, n)], 3, n, rows, out);
+        let glu = GluParams::default();
+        return run_kernel(
+            Kernel::Staged,
+            OP,
+            x,
+            [(&hl, 0), (&hl, n)],
+            3,
+            n,
+            rows,
+            out,
+            glu,
+        );
     }
-    run_kernel(Kernel::Staged, OP, x, [(w, 0), (w, 0)], 3, n, rows, out)
+    run_kernel(
+        Kernel::Staged,
+        OP,
+        x,
+        [(w, 0), (w, 0)],
+        3,
+        n,
+        rows,
+        out,
+        GluParams::default(),
+    )
 }
 
 /// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on tensor cores into `out [M, I]`; gate and
 /// up must share a format and scale dtype (always true of fused weights).
 pub fn swiglu_into(x: &Tensor, w: &GateUp, rows: TcRows<'_>, out: &Tensor) -> Result<()> {
-    run_swiglu(Kernel::Staged, "tc_swiglu", x, w, rows, out)
+    glu_into(x, w, rows, &ExpertFfn::default(), out)
+}
+
+/// [`swiglu_into`] with `ffn`'s activation and gate/up biases (f32 `[E, I]`
+/// on x's device, validated by the caller).
+pub fn glu_into(
+    x: &Tensor,
+    w: &GateUp,
+    rows: TcRows<'_>,
+    ffn: &ExpertFfn,
+    out: &Tensor,
+) -> Result<()> {
+    run_swiglu(Kernel::Staged, "tc_swiglu", x, w, rows, ffn, out)
 }
 
 /// The SwiGLU GEMM on `kernel`: gate and up as the two weight sources of
@@ -620,6 +659,7 @@ pub(crate) fn run_swiglu(
     x: &Tensor,
     w: &GateUp,
     rows: TcRows<'_>,
+    ffn: &ExpertFfn,
     out: &Tensor,
 ) -> Result<()> {
     let i = w.intermediate();
@@ -632,7 +672,7 @@ pub(crate) fn run_swiglu(
         }
         GateUp::Fused(wf) => [(wf, 0), (wf, i)],
     };
-    run_kernel(kernel, op, x, srcs, 2, i, rows, out)
+    run_kernel(kernel, op, x, srcs, 2, i, rows, out, GluParams::of(ffn)?)
 }
 
 /// Whether gate and up share one instance (always true of fused weights).

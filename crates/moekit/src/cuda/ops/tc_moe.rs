@@ -15,6 +15,7 @@ use crate::device::Backend;
 use crate::error::{invalid, Result};
 use crate::format::{QuantWeights, WeightFormat};
 use crate::ops::act::GateUp;
+use crate::ops::ffn::ExpertFfn;
 use crate::ops::gather_mm::qmm_on;
 use crate::ops::parts::MoeBlockParts;
 use crate::ops::permute::unpermute_on;
@@ -181,8 +182,11 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
     }
     let (t, h) = (x.shape()[0], x.shape()[1]);
     let logits = router_logits(&p.router_weight, x)?;
+    if let Some(b) = &p.ffn.bias.router {
+        super::act::row_bias_add(&logits, b)?;
+    }
     let routing = route_on(Backend::Cuda, &logits, &p.router)?;
-    let out = experts_into(&p.gate_up, &p.down, x, &routing, out)?;
+    let out = run_experts(&p.gate_up, &p.down, &p.ffn, x, &routing, out)?;
     if let Some(s) = &p.shared {
         let sa = Tensor::uninit_on(x.dtype(), &[t, s.gate_up.intermediate()], x.device())?;
         tc_gemm::swiglu_into(x, &s.gate_up, TcRows::Single, &sa)?;
@@ -204,6 +208,19 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
 pub fn experts_into(
     gate_up: &GateUp,
     down: &QuantWeights,
+    x: &Tensor,
+    routing: &Routing,
+    out: Option<&Tensor>,
+) -> Result<Tensor> {
+    run_experts(gate_up, down, &ExpertFfn::default(), x, routing, out)
+}
+
+/// [`experts_into`] with `ffn`'s activation and gate/up/down biases (its
+/// router bias is the caller's).
+fn run_experts(
+    gate_up: &GateUp,
+    down: &QuantWeights,
+    ffn: &ExpertFfn,
     x: &Tensor,
     routing: &Routing,
     out: Option<&Tensor>,
@@ -237,20 +254,24 @@ pub fn experts_into(
             let xp = Tensor::uninit_on(x.dtype(), &[t, h], x.device())?;
             let [(g, _), _] = gate_up.sources();
             tc_ra::permute_into(x, tc_ra::span_order(g.format()), &xp)?;
-            tc_ra::swiglu_into(&xp, gate_up, gathered, &act, perm_out)?;
+            tc_ra::glu_into(&xp, gate_up, gathered, ffn, &act, perm_out)?;
         }
-        Kernel::Staged => tc_gemm::swiglu_into(x, gate_up, gathered, &act)?,
+        Kernel::Staged => tc_gemm::glu_into(x, gate_up, gathered, ffn, &act)?,
     }
     match kernels.down {
         Kernel::RegA { .. } => tc_ra::matmul_into(&act, down, sorted_rows, &ys)?,
         Kernel::Staged => tc_gemm::matmul_into(&act, down, sorted_rows, &ys)?,
     }
-    match out {
+    let out = match out {
         Some(o) => {
             super::check_same_device(OP, o, x.cuda_bytes()?.device())?;
             super::permute::unpermute_into(&ys, &sort, &routing.weights, o)?;
-            Ok(o.clone())
+            o.clone()
         }
-        None => unpermute_on(Backend::Cuda, &ys, &sort, &routing.weights),
+        None => unpermute_on(Backend::Cuda, &ys, &sort, &routing.weights)?,
+    };
+    if let Some(b) = &ffn.bias.down {
+        super::act::routed_bias_add(&out, &routing.ids, &routing.weights, b)?;
     }
+    Ok(out)
 }

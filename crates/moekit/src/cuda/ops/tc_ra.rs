@@ -347,7 +347,18 @@ pub fn matmul_into(
     out: &Tensor,
 ) -> Result<()> {
     let k = Kernel::RegA { perm_out: None };
-    tc_gemm::run_kernel(k, "tc_ra", x_perm, [(w, 0), (w, 0)], 1, w.rows(), rows, out)
+    let glu = super::GluParams::default();
+    tc_gemm::run_kernel(
+        k,
+        "tc_ra",
+        x_perm,
+        [(w, 0), (w, 0)],
+        1,
+        w.rows(),
+        rows,
+        out,
+        glu,
+    )
 }
 
 /// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on `tc_ra` into `out [M, I]`, x's columns
@@ -361,6 +372,21 @@ pub fn swiglu_into(
     out: &Tensor,
     perm_out: Option<SpanOrder>,
 ) -> Result<()> {
+    let ffn = crate::ops::ffn::ExpertFfn::default();
+    glu_into(x_perm, w, rows, &ffn, out, perm_out)
+}
+
+/// [`swiglu_into`] with `ffn`'s activation and gate/up biases (f32 `[E, I]`
+/// on x's device, validated by the caller; indexed by the output's logical
+/// column whatever order it is written in).
+pub fn glu_into(
+    x_perm: &Tensor,
+    w: &GateUp,
+    rows: TcRows<'_>,
+    ffn: &crate::ops::ffn::ExpertFfn,
+    out: &Tensor,
+    perm_out: Option<SpanOrder>,
+) -> Result<()> {
     const OP: &str = "tc_ra_swiglu";
     let i = w.intermediate();
     if perm_out.is_some() && !i.is_multiple_of(SPAN) {
@@ -371,7 +397,7 @@ pub fn swiglu_into(
             i,
         ));
     }
-    tc_gemm::run_swiglu(Kernel::RegA { perm_out }, OP, x_perm, w, rows, out)
+    tc_gemm::run_swiglu(Kernel::RegA { perm_out }, OP, x_perm, w, rows, ffn, out)
 }
 
 #[cfg(test)]

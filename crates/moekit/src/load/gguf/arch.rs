@@ -13,6 +13,7 @@
 //! | `llama` (Mixtral), `mixtral` | softmax | yes | – | – | – |
 //! | `granitemoe` | softmax | yes | – | – | plain if `expert_shared_feed_forward_length` > 0 |
 //! | `qwen3moe` | softmax | yes | – | – | – |
+//! | `gpt-oss` | softmax over the chosen k | – | – | – | – (router and expert biases, clamped SwiGLU) |
 //! | `qwen3next`, `qwen35moe` | softmax | yes | – | – | sigmoid-gated |
 //! | `qwen2moe` | softmax | no | – | – | sigmoid-gated |
 //! | `olmoe` | softmax | no | – | – | – |
@@ -53,6 +54,7 @@
 use super::block::{layout, need, weights};
 use super::file::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
+use crate::ops::ffn::{ExpertBiases, ExpertFfn, GluAct};
 use crate::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
 
 /// Whether this module has a rule for `arch` (for the family table's test).
@@ -110,6 +112,11 @@ pub(crate) struct ArchRule {
     style: Style,
     bias: Need,
     shared: SharedRule,
+    /// The experts' activation (`LLM_FFN_SWIGLU_OAI_MOE` for gpt-oss).
+    glu: GluAct,
+    /// Whether the router and expert projections carry `.bias` tensors
+    /// (llama.cpp's biased `build_moe_ffn` overload: gpt-oss).
+    linear_bias: bool,
 }
 
 impl ArchRule {
@@ -119,6 +126,11 @@ impl ArchRule {
     pub(crate) fn of(arch: &str) -> Option<ArchRule> {
         crate::load::family::by_gguf_arch(arch)?;
         ArchRule::rule(arch)
+    }
+
+    /// Whether the router and expert projections carry `.bias` tensors.
+    pub(crate) fn linear_bias(&self) -> bool {
+        self.linear_bias
     }
 
     /// How llama.cpp builds `arch`'s MoE layer (the module docs' table).
@@ -131,6 +143,8 @@ impl ArchRule {
             style,
             bias: Need::No,
             shared,
+            glu: GluAct::SwiGlu,
+            linear_bias: false,
         };
         Some(match arch {
             "llama" | "mixtral" => softmax(true, Style::TopKSoftmax, SharedRule::None),
@@ -138,6 +152,14 @@ impl ArchRule {
             // plain shared expert iff n_ff_shexp > 0.
             "granitemoe" => softmax(true, Style::TopKSoftmax, SharedRule::PlainIfLength),
             "qwen3moe" => softmax(true, Style::SoftmaxTopK, SharedRule::None),
+            // openai-moe.cpp: SOFTMAX_WEIGHT gating (top-k on the logits,
+            // softmax over the chosen k), LLM_FFN_SWIGLU_OAI_MOE (α 1.702,
+            // limit 7), biases on the router and every expert projection.
+            "gpt-oss" => ArchRule {
+                glu: GluAct::GPT_OSS,
+                linear_bias: true,
+                ..softmax(true, Style::TopKSoftmax, SharedRule::None)
+            },
             "qwen3next" | "qwen35moe" => softmax(true, Style::SoftmaxTopK, SharedRule::Gated),
             "qwen2moe" => softmax(false, Style::SoftmaxTopK, SharedRule::Gated),
             "olmoe" => softmax(false, Style::SoftmaxTopK, SharedRule::None),
@@ -148,6 +170,8 @@ impl ArchRule {
                 style: Style::Grouped,
                 bias: Need::Optional,
                 shared: SharedRule::Plain,
+                glu: GluAct::SwiGlu,
+                linear_bias: false,
             },
             // minimax-m2.cpp: gating from the key (no default), norm, no
             // scale, exp_probs_b required, no shared expert.
@@ -158,6 +182,8 @@ impl ArchRule {
                 style: Style::Grouped,
                 bias: Need::Required,
                 shared: SharedRule::None,
+                glu: GluAct::SwiGlu,
+                linear_bias: false,
             },
             // dots1.cpp: gating from the key (no default), norm and scale
             // from keys, optional exp_probs_b, plain shared expert.
@@ -168,6 +194,8 @@ impl ArchRule {
                 style: Style::Grouped,
                 bias: Need::Optional,
                 shared: SharedRule::Plain,
+                glu: GluAct::SwiGlu,
+                linear_bias: false,
             },
             "glm4moe" => ArchRule {
                 gating: Key(Scoring::Sigmoid),
@@ -176,6 +204,8 @@ impl ArchRule {
                 style: Style::Grouped,
                 bias: Need::Required,
                 shared: SharedRule::PlainIfCount,
+                glu: GluAct::SwiGlu,
+                linear_bias: false,
             },
             _ => return None,
         })
@@ -471,6 +501,33 @@ pub(crate) fn describe_shared(
             )
         }),
     )
+}
+
+/// Block `layer`'s experts' activation and biases: `blk.N.ffn_gate_inp.bias`
+/// `[E]` and `ffn_{gate,up,down}_exps.bias` (`[E, I]`, `[E, I]`, `[E, H]`)
+/// where the architecture has them (any float GGML type, read as f32).
+pub(crate) fn expert_ffn(file: &GgufFile, fam: &ArchRule, layer: usize) -> Result<ExpertFfn> {
+    let mut ffn = ExpertFfn {
+        act: fam.glu,
+        bias: ExpertBiases::default(),
+    };
+    if !fam.linear_bias {
+        return Ok(ffn);
+    }
+    let (e, h, i, _) = layout(file, layer)?;
+    let read = |stem: &str, rows: usize, cols: usize| -> Result<Option<crate::Tensor>> {
+        let t = need(file, &format!("blk.{layer}.{stem}.bias"), layer)?;
+        let v = weights(file, t, 1, rows, cols)?.dequantize_expert(0)?;
+        let shape: &[usize] = if rows == 1 { &[cols] } else { &[rows, cols] };
+        Ok(Some(crate::Tensor::from_f32(&v, shape, crate::DType::F32)?))
+    };
+    ffn.bias = ExpertBiases {
+        router: read("ffn_gate_inp", 1, e)?,
+        gate: read("ffn_gate_exps", e, i)?,
+        up: read("ffn_up_exps", e, i)?,
+        down: read("ffn_down_exps", e, h)?,
+    };
+    Ok(ffn)
 }
 
 /// The router configuration of block `layer`.

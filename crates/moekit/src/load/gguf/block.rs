@@ -189,7 +189,7 @@ fn stacked(
 /// Rejects per-layer expert tensors moekit would otherwise silently ignore:
 /// biases or scales beside the router and expert weights
 /// (`blk.L.ffn_up_exps.bias`, `blk.L.ffn_gate_inp.bias`, `blk.L.ffn_down_exps_s.weight`, …).
-fn check_extras(file: &GgufFile, layer: usize) -> Result<()> {
+fn check_extras(file: &GgufFile, fam: &ArchRule, layer: usize) -> Result<()> {
     let prefix = format!("blk.{layer}.");
     const STEMS: [&str; 5] = [
         "ffn_gate_inp",
@@ -204,7 +204,8 @@ fn check_extras(file: &GgufFile, layer: usize) -> Result<()> {
         };
         let extra = STEMS.iter().any(|stem| {
             rest.strip_prefix(stem).is_some_and(|tail| {
-                (tail.starts_with('.') && tail != ".weight") || tail.starts_with("_s.")
+                let known = tail == ".weight" || (fam.linear_bias() && tail == ".bias");
+                (tail.starts_with('.') && !known) || tail.starts_with("_s.")
             })
         });
         if extra {
@@ -285,7 +286,7 @@ pub(crate) fn build_block(
     layer: usize,
     progress: &dyn Fn(usize, usize),
 ) -> Result<MoeBlock> {
-    check_extras(file, layer)?;
+    check_extras(file, fam, layer)?;
     let (e, h, i, lay) = layout(file, layer)?;
     // The size keys were checked against these tensors (`keys::check`).
     let router = router_config(file, arch, fam, layer)?;
@@ -372,6 +373,7 @@ pub(crate) fn build_block(
         gate_up,
         down,
         shared,
+        ffn: super::arch::expert_ffn(file, fam, layer)?,
     })
     .map_err(gate_up_err)
 }

@@ -12,6 +12,7 @@
 
 use super::quant::QuantConfig;
 use crate::error::{Error, Result};
+use crate::ops::ffn::GluAct;
 use crate::ops::route::{RouterConfig, RouterKind, Scoring, MAX_EXPERTS, MAX_TOP_K};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -128,6 +129,11 @@ pub(crate) struct ModelConfig {
     pub quant: QuantConfig,
     /// Where E, I and the shared I come from.
     pub keys: SizeKeys,
+    /// The experts' gated activation.
+    pub glu: GluAct,
+    /// Whether the router and the experts' projections have biases
+    /// (`{router}.bias`, `{stacked}.{gate,up,down}_proj.bias`: gpt-oss).
+    pub linear_bias: bool,
 }
 
 /// Typed access to a JSON object, with errors naming config.json and the key.
@@ -392,6 +398,8 @@ impl ModelConfig {
         let mut needs_bias = false;
         let mut block = "mlp";
         let mut names = Names::DEFAULT;
+        let mut glu = GluAct::SwiGlu;
+        let mut linear_bias = false;
         let mut keys = SizeKeys {
             experts: "num_experts",
             intermediate: "moe_intermediate_size",
@@ -447,6 +455,35 @@ impl ModelConfig {
                     names.fused = Some(("experts.gate_up_proj", "experts.down_proj"));
                 }
                 (e, k, i, router, rule)
+            }
+            "gpt_oss" => {
+                // mlx-lm `gpt_oss` (MLPBlock): router with bias; top-k on the
+                // logits, softmax over the chosen k (`precise`); SwitchGLU with
+                // biases and SwigluOAI (α 1.702, limit 7: mlx-lm's constants;
+                // transformers reads the limit from `swiglu_limit`); every
+                // block is MoE. Its sanitize splits the Hugging Face fused,
+                // interleaved gate_up into `experts.{gate,up}_proj`.
+                names.router = &["router"];
+                names.stacked = "experts";
+                keys.experts = "num_local_experts";
+                keys.intermediate = "intermediate_size";
+                let e = f.usize_req("num_local_experts", MAX_EXPERTS)?;
+                let k = f.usize_or("num_experts_per_tok", MAX_TOP_K, 4)?;
+                let i = f.usize_req("intermediate_size", MAX_DIM)?;
+                let limit = f.f32_or("swiglu_limit", 7.0)?;
+                if limit != 7.0 {
+                    // mlx-lm hard-codes 7.0: no oracle for another limit.
+                    return Err(crate::error::unsupported(
+                        "safetensors",
+                        format!(
+                            "{}: {mt} with swiglu_limit = {limit} (mlx-lm's SwigluOAI uses 7.0)",
+                            path.display()
+                        ),
+                    ));
+                }
+                glu = GluAct::GPT_OSS;
+                linear_bias = true;
+                (e, k, i, RouterKind::TopKSoftmax, LayerRule::All)
             }
             "mixtral" => {
                 block = "block_sparse_moe";
@@ -644,6 +681,8 @@ impl ModelConfig {
             names,
             quant,
             keys,
+            glu,
+            linear_bias,
         };
         if !cfg.moe_layers.is_empty() {
             cfg.check(f)?;

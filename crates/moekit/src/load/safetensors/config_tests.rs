@@ -115,12 +115,12 @@ fn every_family_table_model_type_has_a_rule() {
             assert_eq!(dropped_groups, crate::ops::route::GroupMask::Zero, "{mt}");
         }
     }
-    let e = parse(r#"{"model_type":"gpt_oss","hidden_size":64,"num_hidden_layers":2}"#)
+    let e = parse(r#"{"model_type":"llama4","hidden_size":64,"num_hidden_layers":2}"#)
         .unwrap_err()
         .to_string();
     let list = crate::load::family::model_types().join(", ");
     assert!(
-        e.contains("`model_type` = \"gpt_oss\" is not supported")
+        e.contains("`model_type` = \"llama4\" is not supported")
             && e.contains(&format!("(supported: {list})"))
             && e.contains("config.json"),
         "{e}"

@@ -32,6 +32,7 @@ use crate::error::{invalid, unsupported, Result};
 use crate::format::{storage_shapes, QuantWeights, WeightFormat};
 use crate::moe::{MoeBlock, MoeBlockParts, SharedExpert};
 use crate::ops::act::GateUp;
+use crate::ops::ffn::{ExpertBiases, ExpertFfn};
 use crate::ops::route::{RouterConfig, RouterKind};
 use crate::tensor::{Bytes, Tensor};
 use std::cell::Cell;
@@ -75,7 +76,9 @@ fn part(
     if let Some(p) = fp8::part(ck, module, lead.is_some(), rows, cols, keys)? {
         return Ok(p);
     }
-    if ck.get(&format!("{module}.bias")).is_some() {
+    // (A family whose router and experts have biases reads them itself:
+    // `linear_biases`.)
+    if !ck.cfg.linear_bias && ck.get(&format!("{module}.bias")).is_some() {
         return Err(unsupported(
             OP,
             format!(
@@ -348,6 +351,52 @@ fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
     ))
 }
 
+/// A linear layer's `bias` tensor `name` (float `shape`) as an f32 tensor;
+/// `what` names the config keys of its shape for the message.
+fn linear_bias(
+    ck: &SafetensorsCheckpoint,
+    name: &str,
+    shape: &[usize],
+    what: &str,
+) -> Result<Tensor> {
+    let (d, got) = ck.info(name)?;
+    if !d.is_float() || got != shape {
+        return Err(ck.bad(
+            name,
+            format!("{d} {got:?}, expected a float {shape:?} ({what} in config.json)"),
+        ));
+    }
+    let v = ck.load(name)?.to_f32_vec()?;
+    Tensor::from_f32(&v, shape, crate::DType::F32)
+}
+
+/// The biases of the router (`{router}.bias`) and of the stacked experts'
+/// projections (`{module}.{stacked}.{gate,up,down}_proj.bias`), gpt-oss's.
+fn linear_biases(ck: &SafetensorsCheckpoint, module: &str, router: &str) -> Result<ExpertBiases> {
+    let c = &ck.cfg;
+    let (e, h, i) = (c.n_experts, c.hidden, c.intermediate);
+    let (ke, ki) = (c.keys.experts, c.keys.intermediate);
+    let proj = |name: &str| format!("{module}.{}.{name}.bias", c.names.stacked);
+    let ei = [e, i];
+    let ei_keys = format!("`{ke}`, `{ki}`");
+    Ok(ExpertBiases {
+        router: Some(linear_bias(
+            ck,
+            &format!("{router}.bias"),
+            &[e],
+            &format!("`{ke}`"),
+        )?),
+        gate: Some(linear_bias(ck, &proj("gate_proj"), &ei, &ei_keys)?),
+        up: Some(linear_bias(ck, &proj("up_proj"), &ei, &ei_keys)?),
+        down: Some(linear_bias(
+            ck,
+            &proj("down_proj"),
+            &[e, h],
+            &format!("`{ke}`, `hidden_size`"),
+        )?),
+    })
+}
+
 /// The router's `e_score_correction_bias` as f32.
 fn bias(ck: &SafetensorsCheckpoint, prefix: &str, e: usize) -> Result<Vec<f32>> {
     let name = format!("{prefix}.{}", ck.cfg.names.bias);
@@ -525,6 +574,20 @@ pub(super) fn build(
             })
         }
     };
+    let ffn = ExpertFfn {
+        act: c.glu,
+        bias: if c.linear_bias {
+            if !matches!(experts, Experts::Stacked) {
+                return Err(ck.missing(
+                    &format!("{p}.{}.gate_proj.weight", c.names.stacked),
+                    "the mlx-lm layout (the only one read with expert biases)",
+                ));
+            }
+            linear_biases(ck, &p, &router_module)?
+        } else {
+            ExpertBiases::default()
+        },
+    };
     MoeBlock::new(MoeBlockParts {
         router: RouterConfig {
             kind,
@@ -535,6 +598,7 @@ pub(super) fn build(
         gate_up,
         down,
         shared,
+        ffn,
     })
 }
 

@@ -1,0 +1,301 @@
+//! The routed experts' FFN beyond plain SwiGLU: the gated activation
+//! ([`GluAct`]) and the optional biases of the router and of each expert's
+//! three projections ([`ExpertBiases`]), as gpt-oss has them. One
+//! [`ExpertFfn`] per block; [`ExpertFfn::default`] is the plain SwiGLU
+//! without biases that every other family uses.
+//!
+//! What a block with an `ExpertFfn` computes for token `t` (slot `j`,
+//! expert `e = ids[t, j]`, routing weight `w = weights[t, j]`):
+//!
+//! ```text
+//! logits = x·Rᵀ + router_bias
+//! g = x·Gₑᵀ + gate_bias[e]     u = x·Uₑᵀ + up_bias[e]
+//! y_t = Σ_j w · (Dₑ·act(g, u) + down_bias[e])     (slot order j)
+//! ```
+
+use crate::device::Backend;
+use crate::error::{ensure, Result};
+use crate::ops::act::silu;
+use crate::ops::route::Routing;
+use crate::tensor::Tensor;
+use crate::{DType, Device};
+
+/// The gated activation `act(gate, up)` of the experts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GluAct {
+    /// `silu(g) · u`.
+    SwiGlu,
+    /// gpt-oss's clamped SwiGLU (mlx-lm `swiglu_oai`, llama.cpp
+    /// `ggml_swiglu_oai`): `g' = min(g, limit)`, `u' = clamp(u, −limit,
+    /// limit)`, `(u' + 1) · g' · σ(α · g')`. gpt-oss: α = 1.702, limit = 7.
+    SwiGluOai {
+        /// α of the sigmoid.
+        alpha: f32,
+        /// the clamp.
+        limit: f32,
+    },
+}
+
+impl GluAct {
+    /// gpt-oss's constants.
+    pub const GPT_OSS: GluAct = GluAct::SwiGluOai {
+        alpha: 1.702,
+        limit: 7.0,
+    };
+
+    /// `act(g, u)` in f32 (the fast CPU path; the CUDA kernels'
+    /// `moekit::glu` is the same formula).
+    #[inline]
+    pub fn apply(self, g: f32, u: f32) -> f32 {
+        match self {
+            GluAct::SwiGlu => silu(g) * u,
+            GluAct::SwiGluOai { alpha, limit } => {
+                let g = g.min(limit);
+                let u = u.max(-limit).min(limit);
+                (u + 1.0) * (g / (1.0 + (-alpha * g).exp()))
+            }
+        }
+    }
+
+    /// `act(g, u)` in f64 (the CPU reference).
+    pub fn apply_f64(self, g: f64, u: f64) -> f64 {
+        match self {
+            GluAct::SwiGlu => g / (1.0 + (-g).exp()) * u,
+            GluAct::SwiGluOai { alpha, limit } => {
+                let (a, l) = (alpha as f64, limit as f64);
+                let g = g.min(l);
+                let u = u.max(-l).min(l);
+                (u + 1.0) * (g / (1.0 + (-a * g).exp()))
+            }
+        }
+    }
+
+    /// The kernels' code (`GLU_*` in `kernels/common.cuh`) and its α, limit.
+    pub(crate) fn kernel_args(self) -> (u32, f32, f32) {
+        match self {
+            GluAct::SwiGlu => (0, 0.0, 0.0),
+            GluAct::SwiGluOai { alpha, limit } => (1, alpha, limit),
+        }
+    }
+
+    fn check(self) -> Result<()> {
+        if let GluAct::SwiGluOai { alpha, limit } = self {
+            ensure(
+                alpha.is_finite() && limit.is_finite() && limit > 0.0,
+                "expert_ffn",
+                "act",
+                "a finite α and a finite limit > 0",
+                format!("α = {alpha}, limit = {limit}"),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Optional f32 biases; each on the weights' device.
+#[derive(Debug, Clone, Default)]
+pub struct ExpertBiases {
+    /// Router bias `[E]`, added to the logits.
+    pub router: Option<Tensor>,
+    /// Gate projection bias `[E, I]`.
+    pub gate: Option<Tensor>,
+    /// Up projection bias `[E, I]`.
+    pub up: Option<Tensor>,
+    /// Down projection bias `[E, H]`.
+    pub down: Option<Tensor>,
+}
+
+/// The experts' activation and biases.
+#[derive(Debug, Clone)]
+pub struct ExpertFfn {
+    /// The gated activation.
+    pub act: GluAct,
+    /// The biases.
+    pub bias: ExpertBiases,
+}
+
+impl Default for ExpertFfn {
+    fn default() -> ExpertFfn {
+        ExpertFfn {
+            act: GluAct::SwiGlu,
+            bias: ExpertBiases::default(),
+        }
+    }
+}
+
+impl ExpertFfn {
+    /// Plain SwiGLU without biases (what every fused path takes).
+    pub fn is_plain(&self) -> bool {
+        self.act == GluAct::SwiGlu && !self.has_bias()
+    }
+
+    /// Whether any bias is set.
+    pub fn has_bias(&self) -> bool {
+        let b = &self.bias;
+        b.router.is_some() || b.gate.is_some() || b.up.is_some() || b.down.is_some()
+    }
+
+    /// Checks α/limit and each bias's dtype (f32), shape and device against
+    /// a block of `e` experts, hidden size `h` and intermediate size `i` on
+    /// `device`.
+    pub fn check(&self, e: usize, h: usize, i: usize, device: Device) -> Result<()> {
+        self.act.check()?;
+        let b = &self.bias;
+        for (name, t, shape) in [
+            ("bias.router", &b.router, vec![e]),
+            ("bias.gate", &b.gate, vec![e, i]),
+            ("bias.up", &b.up, vec![e, i]),
+            ("bias.down", &b.down, vec![e, h]),
+        ] {
+            if let Some(t) = t {
+                ensure(
+                    t.dtype() == DType::F32 && t.shape() == shape.as_slice(),
+                    "expert_ffn",
+                    name,
+                    format!("f32 {shape:?}"),
+                    format!("{} {:?}", t.dtype(), t.shape()),
+                )?;
+                ensure(
+                    t.device() == device,
+                    "expert_ffn",
+                    name,
+                    format!("on {device} like the weights"),
+                    t.device(),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A copy with every bias on `device`.
+    pub fn to_device(&self, device: Device) -> Result<ExpertFfn> {
+        let mv = |t: &Option<Tensor>| t.as_ref().map(|t| t.to_device(device)).transpose();
+        let b = &self.bias;
+        Ok(ExpertFfn {
+            act: self.act,
+            bias: ExpertBiases {
+                router: mv(&b.router)?,
+                gate: mv(&b.gate)?,
+                up: mv(&b.up)?,
+                down: mv(&b.down)?,
+            },
+        })
+    }
+}
+
+/// `logits + bias` per row (the router's bias): `logits [T, E]` float,
+/// `bias` f32 `[E]` on its device. On CUDA the logits are updated in place
+/// (and returned); on the CPU a new tensor of their dtype is returned.
+pub fn add_router_bias_on(backend: Backend, logits: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    const OP: &str = "router_bias";
+    crate::ops::check_float(OP, "logits", logits, 2)?;
+    let e = logits.shape()[1];
+    crate::ops::check_shape(OP, "bias", bias, &[e])?;
+    crate::ops::check_dtype(OP, "bias", bias, DType::F32)?;
+    if backend == Backend::Cuda {
+        crate::cuda::ops::act::row_bias_add(logits, bias)?;
+        return Ok(logits.clone());
+    }
+    let b = bias.to_f32_vec()?;
+    let mut v = logits.to_f32_vec()?;
+    for row in v.chunks_exact_mut(e.max(1)) {
+        for (y, &b) in row.iter_mut().zip(&b) {
+            *y += b;
+        }
+    }
+    Tensor::from_f32(&v, logits.shape(), logits.dtype())
+}
+
+/// `out[t] + Σ_j weights[t, j] · bias[ids[t, j]]` (down's bias, weighted as
+/// the experts' outputs are; slots in order): `out [T, H]` float, `bias`
+/// f32 `[E, H]`. An id ≥ E is an error on the CPU and is reported (its slot
+/// skipped) on CUDA, where `out` is updated in place (and returned).
+pub fn add_down_bias_on(
+    backend: Backend,
+    out: &Tensor,
+    routing: &Routing,
+    bias: &Tensor,
+) -> Result<Tensor> {
+    const OP: &str = "down_bias";
+    crate::ops::check_float(OP, "out", out, 2)?;
+    let (t, h) = (out.shape()[0], out.shape()[1]);
+    ensure(
+        bias.rank() == 2 && bias.shape()[1] == h && bias.dtype() == DType::F32,
+        OP,
+        "bias",
+        format!("f32 [E, {h}]"),
+        format!("{} {:?}", bias.dtype(), bias.shape()),
+    )?;
+    if backend == Backend::Cuda {
+        crate::cuda::ops::act::routed_bias_add(out, &routing.ids, &routing.weights, bias)?;
+        return Ok(out.clone());
+    }
+    let n_e = bias.shape()[0];
+    let ids = routing.ids.to_device(Device::Cpu)?;
+    let ids = ids.as_slice::<u32>()?;
+    let w = routing.weights.to_f32_vec()?;
+    let k = routing.ids.shape().get(1).copied().unwrap_or(0);
+    ensure(
+        ids.len() == t * k && w.len() == t * k,
+        OP,
+        "routing",
+        format!("ids and weights [{t}, k]"),
+        format!(
+            "{:?} and {:?}",
+            routing.ids.shape(),
+            routing.weights.shape()
+        ),
+    )?;
+    let b = bias.to_f32_vec()?;
+    let mut o = out.to_f32_vec()?;
+    for tt in 0..t {
+        for hh in 0..h {
+            let mut s = 0f32;
+            for j in 0..k {
+                let e = ids[tt * k + j] as usize;
+                ensure(e < n_e, OP, "routing.ids", format!("< {n_e}"), e)?;
+                s = w[tt * k + j].mul_add(b[e * h + hh], s);
+            }
+            o[tt * h + hh] += s;
+        }
+    }
+    Tensor::from_f32(&o, out.shape(), out.dtype())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oai_clamps_gate_above_and_up_both_ways() {
+        let a = GluAct::GPT_OSS;
+        // g above the limit is clamped; u below −limit too.
+        let want = |g: f64, u: f64| (u + 1.0) * g / (1.0 + (-(1.702f32 as f64) * g).exp());
+        assert!((a.apply(9.0, -8.0) as f64 - want(7.0, -7.0)).abs() < 1e-5);
+        assert!((a.apply_f64(9.0, -8.0) - want(7.0, -7.0)).abs() < 1e-12);
+        // Negative g is not clamped from below.
+        assert!((a.apply_f64(-9.0, 0.5) - want(-9.0, 0.5)).abs() < 1e-15);
+        assert!((a.apply(-9.0, 0.5) as f64 - want(-9.0, 0.5)).abs() < 1e-6);
+        assert_eq!(GluAct::SwiGlu.apply(0.0, 3.0), 0.0);
+        assert!((GluAct::SwiGlu.apply_f64(1.0, 2.0) - 2.0 / (1.0 + (-1f64).exp())).abs() < 1e-15);
+    }
+
+    #[test]
+    fn bad_constants_and_bias_shapes_are_refused() {
+        let bad = ExpertFfn {
+            act: GluAct::SwiGluOai {
+                alpha: 1.0,
+                limit: -1.0,
+            },
+            bias: ExpertBiases::default(),
+        };
+        let err = bad.check(4, 8, 6, Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains("limit"), "{err}");
+        let mut f = ExpertFfn::default();
+        assert!(f.is_plain());
+        f.bias.down = Some(Tensor::from_f32(&[0.0; 12], &[4, 3], DType::F32).unwrap());
+        assert!(!f.is_plain());
+        let err = f.check(4, 8, 6, Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains("bias.down") && err.contains("[4, 8]"), "{err}");
+    }
+}
