@@ -76,17 +76,36 @@ struct GluParams {
 };
 static_assert(sizeof(GluParams) == 32, "GluParams layout");
 
-// act(g + gate_bias[at], u + up_bias[at]); `at` = expert · N + column.
-// GLU_SWIGLU_OAI (gpt-oss): min(g, limit), clamp(u, ±limit), (u + 1)·g·σ(α g).
-__device__ __forceinline__ float glu(const GluParams& a, float g, float u, u64 at) {
-  if (a.gate_bias) g += a.gate_bias[at];
-  if (a.up_bias) u += a.up_bias[at];
+// Whether `a` is plain SwiGLU without biases: epilogues test it once and
+// keep their plain loop free of the general one's branches and loads.
+__device__ __forceinline__ bool glu_plain(const GluParams& a) {
+  return a.kind == GLU_SWIGLU && !a.gate_bias && !a.up_bias;
+}
+
+// One output column's gate and up biases (0 without).
+struct GluCol {
+  float gate, up;
+};
+__device__ __forceinline__ GluCol glu_col(const GluParams& a, u64 at) {
+  return GluCol{a.gate_bias ? a.gate_bias[at] : 0.f, a.up_bias ? a.up_bias[at] : 0.f};
+}
+
+// act(g + col.gate, u + col.up). GLU_SWIGLU_OAI (gpt-oss): min(g, limit),
+// clamp(u, ±limit), (u + 1)·g·σ(α g).
+__device__ __forceinline__ float glu_at(const GluParams& a, const GluCol& col, float g, float u) {
+  g += col.gate;
+  u += col.up;
   if (a.kind == GLU_SWIGLU_OAI) {
     g = fminf(g, a.limit);
     u = fminf(fmaxf(u, -a.limit), a.limit);
     return (u + 1.f) * (g / (1.f + __expf(-a.alpha * g)));
   }
   return silu(g) * u;
+}
+
+// act(g + gate_bias[at], u + up_bias[at]); `at` = expert · N + column.
+__device__ __forceinline__ float glu(const GluParams& a, float g, float u, u64 at) {
+  return glu_at(a, glu_col(a, at), g, u);
 }
 
 }  // namespace moekit

@@ -3,7 +3,8 @@
 // moekit/dequant.cuh:
 //
 //   P = 1:  y[r, n] = Σ_k A[r, k] · W[e(r), n, k]
-//   P = 2:  y[r, n] = act(Σ_k A[r, k] · G[e(r), n, k], Σ_k A[r, k] · U[e(r), n, k]) (+ biases; p.glu)
+//   P = 2:  y[r, n] = silu(Σ_k A[r, k] · G[e(r), n, k]) · (Σ_k A[r, k] · U[e(r), n, k])
+//           (GLU instances: p.glu's activation and gate/up biases instead)
 //   P = 3:  y[r, n] = Σ_k A[r, k] · hi(W) + Σ_k A[r, k] · lo(W), W split into
 //           hi = T(W) and lo = T(W − hi): about 16 significant bits of an f32
 //           weight (the router, whose top-k choice should not move when its
@@ -119,7 +120,7 @@ struct TcGeo : TcTiles<F, T, BM>, TcRaw<F, TcTiles<F, T, BM>::AUX_WORD> {
   static constexpr int SMEM = X::template smem_for<R>(LEAD);
 };
 
-template <typename F, typename T, int P, int BM>
+template <typename F, typename T, int P, int BM, bool GLU = false>
 __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_gemm(const __grid_constant__ TcParams p) {
   typedef TcGeo<F, T, BM> G;
   extern __shared__ __align__(128) u8 smem[];
@@ -142,6 +143,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   u8* const raw_sm = b_sm + G::BS * G::B_BYTES;
   const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   static_assert(P == 1 || P == 2 || P == 3, "one source, gate and up, or hi and lo");
+  static_assert(!GLU || P == 2, "GLU: the general activation of gate and up");
   constexpr u32 HALVES = P == 1 ? 1 : 2;  // weight-row groups of a tile
   constexpr u32 BN = TC_BROWS / HALVES;   // output columns of the tile
   const u32 n0 = blockIdx.x * BN;
@@ -309,7 +311,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   T* out = static_cast<T*>(p.out);
   const u32 g = lane >> 2, t4 = lane & 3;
   if constexpr (WG) {
-    wg_store<T, P, BM>(p, tile, n0, wacc, [](u32 n) { return n; });
+    wg_store<T, P, BM, GLU>(p, tile, n0, wacc, [](u32 n) { return n; });
   } else {
     constexpr u32 per = G::NJ / HALVES;
 #pragma unroll
@@ -329,7 +331,8 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
           for (int c = 0; c < 2; ++c) {
             if (n + c >= p.n) continue;
             float y = acc[i][j][2 * h + c];
-            if constexpr (P == 2) y = glu(p.glu, y, acc[i][j + per][2 * h + c], (u64)tile.e * p.n + n + c);
+            if constexpr (P == 2 && !GLU) y = silu(y) * acc[i][j + per][2 * h + c];
+            if constexpr (GLU) y = glu(p.glu, y, acc[i][j + per][2 * h + c], (u64)tile.e * p.n + n + c);
             if constexpr (P == 3) y += acc[i][j + per][2 * h + c];
             orow[n + c] = from_f32<T>(y);
           }

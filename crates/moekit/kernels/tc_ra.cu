@@ -114,7 +114,7 @@ struct RaGeo {
   static_assert(BM % 16 == 0 && UNITS >= 1, "whole copies a thread");
 };
 
-template <typename F, typename T, int P, int BM>
+template <typename F, typename T, int P, int BM, bool GLU = false>
 __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const __grid_constant__ TcParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   typedef RaGeo<BM> G;
@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
   u8* const b_sm = smem + ((1024u - (smem_addr(smem) & 1023u)) & 1023u);
   const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
   static_assert(P == 1 || P == 2, "one source, or gate and up");
+  static_assert(!GLU || P == 2, "GLU: the general activation of gate and up");
   constexpr u32 BN = P == 1 ? TC_BROWS : TC_BROWS / 2;
   const u32 n0 = blockIdx.x * BN;
   const u32 n_spans = p.k / RA_SPAN;
@@ -247,7 +248,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
 
   const bool perm = P == 2 && (p.p & RA_PERM_OUT) != 0;
   const u32 order = (p.p >> RA_OUT_ORDER) & 3u;
-  wg_store<T, P, BM>(p, tile, n0, acc, [perm, order](u32 n) {
+  wg_store<T, P, BM, GLU>(p, tile, n0, acc, [perm, order](u32 n) {
     return perm ? (n & ~(RA_SPAN - 1u)) | ra_logical(n & (RA_SPAN - 1u), order) : n;
   });
 #else

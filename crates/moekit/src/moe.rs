@@ -1,5 +1,7 @@
 //! The MoE block: route → sort → permute → grouped gate/up + SwiGLU →
-//! grouped down → weighted combine, plus an optional shared expert.
+//! grouped down → weighted combine, plus an optional shared expert. The
+//! routed experts' activation and any router / projection biases (gpt-oss)
+//! come from [`MoeBlockParts::ffn`] ([`crate::ops::ffn`]).
 //!
 //! ```text
 //! x [T,H] ─ router qmm ─ logits [T,E] ─ route ─ ids,weights [T,k]

@@ -259,11 +259,13 @@ fn gpt_oss_blocks_match_cpu_on_every_cuda_path() {
                 println!("{} T={t} {path:?}: NMSE {e:.2e}", model.display());
                 assert!(e <= 1e-4, "{} T={t} {path:?}: NMSE {e:e}", model.display());
             }
-            let why = dev
-                .forward_with(Backend::Cuda, MoePath::Decode, &xg)
-                .unwrap_err()
-                .to_string();
-            assert!(why.contains("SwiGluOai"), "{why}");
+            if t <= 64 {
+                let why = dev
+                    .forward_with(Backend::Cuda, MoePath::Decode, &xg)
+                    .unwrap_err()
+                    .to_string();
+                assert!(why.contains("SwiGluOai"), "{why}");
+            }
         }
     }
 }

@@ -89,6 +89,12 @@ pub(crate) struct GluParams {
 const _: () = assert!(std::mem::size_of::<GluParams>() == 32);
 
 impl GluParams {
+    /// Whether these need a kernel's GLU instance (anything but plain
+    /// SwiGLU without biases).
+    pub(crate) fn general(&self) -> bool {
+        self.kind != 0 || self.gate_bias != 0 || self.up_bias != 0
+    }
+
     /// `ffn`'s activation and gate/up bias pointers (validated by the caller:
     /// f32 `[E, I]` on the kernel's device).
     pub(crate) fn of(ffn: &crate::ops::ffn::ExpertFfn) -> Result<GluParams> {

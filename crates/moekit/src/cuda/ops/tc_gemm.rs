@@ -317,25 +317,30 @@ pub fn supports(
 }
 
 /// The kernel name expression.
+/// The instance name; `glu`: the P = 2 instance with the general
+/// activation and biases (template argument `GLU = true`).
 pub(crate) fn kernel_name(
     template: &'static str,
     w: &QuantWeights,
     dtype: DType,
     p: usize,
     bm: usize,
+    glu: bool,
 ) -> Result<String> {
     let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
     Ok(format!(
-        "moekit::{template}<{}, {}, {p}, {bm}>",
+        "moekit::{template}<{}, {}, {p}, {bm}{}>",
         format_type(w.format(), scale_dtype)?,
-        ctype(template, dtype)?
+        ctype(template, dtype)?,
+        if glu { ", true" } else { "" }
     ))
 }
 
 /// Instances for the compile check: every format of [`WeightFormat::all`]
 /// (group sizes share an instance) × affine scale dtype × {f16, bf16} ×
-/// {plain, SwiGLU, and the hi/lo split for dense f32 and for dense weights of
-/// the activation type} × [`TILE_ROWS`].
+/// {plain, SwiGLU, SwiGLU's general-activation (GLU) instance, and the hi/lo
+/// split for dense f32 and for dense weights of the activation type} ×
+/// [`TILE_ROWS`].
 pub fn instances() -> Vec<(&'static Source, String)> {
     let mut names = BTreeSet::new();
     for (f, ft) in all_format_types() {
@@ -351,6 +356,9 @@ pub fn instances() -> Vec<(&'static Source, String)> {
             for p in ps {
                 for bm in TILE_ROWS {
                     names.insert(format!("moekit::tc_gemm<{ft}, {t}, {p}, {bm}>"));
+                    if *p == 2 {
+                        names.insert(format!("moekit::tc_gemm<{ft}, {t}, 2, {bm}, true>"));
+                    }
                 }
             }
         }
@@ -477,7 +485,7 @@ pub(crate) fn run_kernel(
     let (bm, smem, source, name, flags) = match kernel {
         Kernel::Staged => {
             let bm = launch_tile_rows(m, e, n.div_ceil(bn), w, x.dtype(), dev.smem_optin());
-            let name = kernel_name("tc_gemm", w, x.dtype(), p_sources, bm)?;
+            let name = kernel_name("tc_gemm", w, x.dtype(), p_sources, bm, glu.general())?;
             (bm, smem_bytes(w, x.dtype(), bm), &SRC, name, 0)
         }
         Kernel::RegA { perm_out } => {
@@ -497,7 +505,7 @@ pub(crate) fn run_kernel(
                     ));
                 }
             }
-            let name = kernel_name("tc_ra", w, x.dtype(), p_sources, bm)?;
+            let name = kernel_name("tc_ra", w, x.dtype(), p_sources, bm, glu.general())?;
             let flags = tc_ra::prefetch_flag(bm)
                 | match perm_out {
                     Some(order) if p_sources == 2 => tc_ra::perm_out_flags(order),

@@ -260,6 +260,9 @@ pub fn instances() -> Vec<(&'static Source, String)> {
             for p in [1, 2] {
                 for bm in TILE_ROWS.into_iter().filter(|&b| b <= max_tile(f)) {
                     names.insert(format!("moekit::tc_ra<{ft}, {t}, {p}, {bm}>"));
+                    if p == 2 {
+                        names.insert(format!("moekit::tc_ra<{ft}, {t}, 2, {bm}, true>"));
+                    }
                 }
             }
         }
