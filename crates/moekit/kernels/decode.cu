@@ -9,8 +9,10 @@
 //                       (decode_tail.cu: compiled once, not per format), or
 //                       at T = 1 (fold_route) every gate/up block itself.
 //   2. gate/up          block (16-row tile, active expert) → act[slot, n] =
-//                       silu(g)·u for every token that chose the expert (the
-//                       shared expert is one more grid row over all tokens).
+//                       silu(g)·u (or the block's GluParams activation with
+//                       gate/up biases: gpt-oss) for every token that chose
+//                       the expert (the shared expert is one more grid row
+//                       over all tokens).
 //   3. down + combine   block (16-row tile of H, active expert) → y[slot, h];
 //                       the last block of a row tile (a ticket per tile) sums
 //                       each token's k slots in slot order (+ gated shared
@@ -241,8 +243,11 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
       if (t0 + i < nt && (row_r < E || (row_r == E && p.sgate.data != nullptr))) {
         float s = 0.f;
         for (u32 w = 0; w < ROUTE_ROW_WARPS; ++w) s += part[rr * ROUTE_ROW_WARPS + w][i];
-        // The general path's router matmul stores logits in T.
-        p.logits[(u64)(t0 + i) * (E + 1) + row_r] = to_f32(from_f32<T>(s));
+        // The general path's router matmul stores logits in T, and adds
+        // the router's bias (if any) to them in T.
+        float l = to_f32(from_f32<T>(s));
+        if (p.router_bias != nullptr && row_r < E) l = to_f32(from_f32<T>(l + p.router_bias[row_r]));
+        p.logits[(u64)(t0 + i) * (E + 1) + row_r] = l;
       }
     }
     __syncthreads();
@@ -277,12 +282,22 @@ __device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& share
 // Token t's output from its slots' down outputs y(s) (slots t·k + j, and
 // T·k + t for the shared expert): Σ_j w[t, j]·y in slot order rounded to T,
 // plus the gated shared expert rounded again, as the general path rounds.
+// With a down bias (gpt-oss), Σ_j w[t, j]·bias[ids[t, j], h] is added to
+// the rounded sum and rounded again, as the general path's routed_bias.
 template <typename T, typename Y>
-__device__ __forceinline__ T combine_token(const DecodeParams& p, u32 t, const Y& y) {
+__device__ __forceinline__ T combine_token(const DecodeParams& p, u32 t, u32 h, const Y& y) {
   const u32 k = p.top_k;
   float acc = 0.f;
   for (u32 j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(p.weights[(u64)t * k + j], y(t * k + j)));
   float o = to_f32(from_f32<T>(acc));
+  if (p.down_bias != nullptr) {
+    float b = 0.f;
+    for (u32 j = 0; j < k; ++j) {
+      const u32 e = p.ids[(u64)t * k + j];
+      if (e < p.n_experts) b = fmaf(p.weights[(u64)t * k + j], p.down_bias[(u64)e * p.hidden + h], b);
+    }
+    o = to_f32(from_f32<T>(o + b));
+  }
   if (p.sd.data) o = to_f32(from_f32<T>(o + p.shared_factor[t] * y(p.n_tokens * k + t)));
   return from_f32<T>(o);
 }
@@ -474,6 +489,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
   if (!gate_up_work(p, red, wk)) return;
   const bool shared = wk.shared;
   const u32 e = wk.e;
+  // The shared expert is always plain SwiGLU (the ffn is the routed experts').
+  const bool plain = shared || glu_plain(p.glu);
   const DecodeW& G = shared ? p.sg : p.gate_w;
   const DecodeW& U = shared ? p.su : p.up_w;
   const u32 n_rows = shared ? p.sd.k : p.down_w.k;  // I (or Is): down's K
@@ -503,7 +520,9 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
     auto emit = [&](u32 mt, u32 n, u32 i, u32 l, const float (&v)[2]) {
       const u32 row = row_base + mt * MMA_TILE + frag_row(i, l), t = frag_tok(n, i, l);
       // The general path's fused SwiGLU stores its output in T.
-      if (row < n_rows && t < cnt) act[(u64)slot(t) * p.act_stride + row] = from_f32<T>(silu(v[0]) * v[1]);
+      if (row < n_rows && t < cnt)
+        act[(u64)slot(t) * p.act_stride + row] =
+            from_f32<T>(plain ? silu(v[0]) * v[1] : glu(p.glu, v[0], v[1], (u64)e * n_rows + row));
     };
     const u32 g = lane >> 2;
     if (cnt <= 8) {
@@ -582,7 +601,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_d
   T* out = static_cast<T*>(p.out);
   for (u32 i = threadIdx.x; i < nt * nr; i += blockDim.x) {
     const u32 t = i / nr, h = row_base + i % nr;
-    out[(u64)t * H + h] = combine_token<T>(p, t, [&](u32 s) { return __ldcg(p.y + (u64)s * H + h); });
+    out[(u64)t * H + h] = combine_token<T>(p, t, h, [&](u32 s) { return __ldcg(p.y + (u64)s * H + h); });
   }
   if (threadIdx.x == 0) p.tile_tickets[blockIdx.x] = 0;  // ready for the next launch (graph replay)
   trace_at(p, block_slot(TR_DOWN + 3072));

@@ -63,8 +63,11 @@ struct DecodeParams {
   u32 fold_route;   // 1: no decode_route_tail; every decode_gate_up_mma block routes (FOLD_MAX_T)
   u32 trace_twice;   // MOEKIT_TRACE builds: 1 routes every token twice (the second pass on warm code)
   u64* trace;       // MOEKIT_TRACE builds: TRACE_WORDS globaltimer stamps (else unused, may be null)
+  GluParams glu;              // the routed experts' activation and gate/up biases [E, I]
+  const float* router_bias;   // [E] added to the logits, or null
+  const float* down_bias;     // [E, H] added to each slot's down output, or null
 };
-static_assert(sizeof(DecodeParams) == 528, "DecodeParams layout");
+static_assert(sizeof(DecodeParams) == 576, "DecodeParams layout");
 
 // ---------------------------------------------------------------------------
 // Timeline stamps (a diagnostic build: NVRTC option -DMOEKIT_TRACE, set by

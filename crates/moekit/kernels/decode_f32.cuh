@@ -239,7 +239,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
         if (sub == 0 && i < cnt && r0 + grp < nr) {
           const u32 row = shared ? nt * k + i0 + i : p.slots[first + i0 + i];
           // The general path's fused SwiGLU stores its output in T.
-          static_cast<float*>(p.act)[(u64)row * p.act_stride + act_pos<F::CHUNK>(n0 + r)] = to_f32(from_f32<T>(silu(g) * u));
+          const float a = shared ? silu(g) * u : glu(p.glu, g, u, (u64)e * n_rows + n0 + r);
+          static_cast<float*>(p.act)[(u64)row * p.act_stride + act_pos<F::CHUNK>(n0 + r)] = to_f32(from_f32<T>(a));
         }
       }
     }
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_down(const __grid_co
   T* out = static_cast<T*>(p.out);
   for (u32 i = threadIdx.x; i < nt * nr; i += blockDim.x) {
     const u32 t = i / nr, r = i % nr;
-    out[(u64)t * H + h0 + r] = combine_token<T>(p, t, [&](u32 s) { return ys[s * R + r]; });
+    out[(u64)t * H + h0 + r] = combine_token<T>(p, t, h0 + r, [&](u32 s) { return ys[s * R + r]; });
   }
 }
 

@@ -224,9 +224,10 @@ fn moe_block_captures_into_a_cuda_graph_and_replays_with_new_inputs() {
 }
 
 /// gpt-oss blocks (router and expert biases, clamped SwiGLU) from their
-/// fixtures: bf16 activations on the tensor-core and general CUDA paths
-/// against the CPU reference on the same bf16 input; the decode path
-/// refuses them and says why; the tensor-core path captures into a graph.
+/// fixtures: bf16 activations on the tensor-core, general and decode CUDA
+/// paths against the CPU reference on the same bf16 input (f32 activations,
+/// where Auto takes the CUDA-core decode kernels at T = 4: the fixture test
+/// above).
 #[test]
 fn gpt_oss_blocks_match_cpu_on_every_cuda_path() {
     let root = fixtures();
@@ -253,18 +254,15 @@ fn gpt_oss_blocks_match_cpu_on_every_cuda_path() {
             .to_f32_vec()
             .unwrap();
             let xg = x.to_device(gpu()).unwrap();
-            for path in [MoePath::TensorCore, MoePath::General, MoePath::Auto] {
+            let mut paths = vec![MoePath::TensorCore, MoePath::General, MoePath::Auto];
+            if t <= 64 {
+                paths.push(MoePath::Decode);
+            }
+            for path in paths {
                 let got = host_f32(&dev.forward_with(Backend::Cuda, path, &xg).unwrap().out);
                 let e = nmse(&got, &want);
                 println!("{} T={t} {path:?}: NMSE {e:.2e}", model.display());
                 assert!(e <= 1e-4, "{} T={t} {path:?}: NMSE {e:e}", model.display());
-            }
-            if t <= 64 {
-                let why = dev
-                    .forward_with(Backend::Cuda, MoePath::Decode, &xg)
-                    .unwrap_err()
-                    .to_string();
-                assert!(why.contains("SwiGluOai"), "{why}");
             }
         }
     }

@@ -192,8 +192,11 @@ struct DecodeParams {
     fold_route: u32,
     trace_twice: u32,
     trace: u64,
+    glu: super::GluParams,
+    router_bias: u64,
+    down_bias: u64,
 }
-const _: () = assert!(std::mem::size_of::<DecodeParams>() == 528);
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 576);
 
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
@@ -409,13 +412,6 @@ fn plan_for(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<Plan, String> 
             x.device()
         ));
     }
-    if !p.ffn.is_plain() {
-        return Err(format!(
-            "its experts' FFN is {:?}{}; the decode path runs plain SwiGLU without biases",
-            p.ffn.act,
-            if p.ffn.has_bias() { " with biases" } else { "" }
-        ));
-    }
     if !router_format_ok(p.router_weight.format()) {
         return Err(format!(
             "its router weights are {}; the decode path's router takes dense or MLX affine weights",
@@ -428,6 +424,11 @@ fn plan_for(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<Plan, String> 
         }
     }
     plan(p, t, x.dtype())
+}
+
+/// Device address of an optional f32 bias (validated with the block), or 0.
+fn bias_ptr(t: &Option<Tensor>) -> Result<u64> {
+    t.as_ref().map_or(Ok(0), |t| Ok(t.cuda_bytes()?.ptr()))
 }
 
 /// Whether the decode path runs `block` on `x`, or why not (see [`plan_for`]).
@@ -665,6 +666,9 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         // Diagnostic of MOEKIT_TRACE builds: route every token twice.
         trace_twice: super::env_knob("MOEKIT_TRACE_TWICE", 0..=1, 0),
         trace: dev.trace_ptr(),
+        glu: super::GluParams::of(&p.ffn)?,
+        router_bias: bias_ptr(&p.ffn.bias.router)?,
+        down_bias: bias_ptr(&p.ffn.bias.down)?,
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;
