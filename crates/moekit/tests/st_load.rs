@@ -30,7 +30,7 @@ const NMSE_BOUND: f64 = 1e-8;
 /// formats with integer kernels): NMSE ≤ 1e-4.
 const NMSE_Q8: f64 = 1e-4;
 
-const CASES: [&str; 26] = [
+const CASES: [&str; 27] = [
     "qwen3_moe_mlx_q4",
     "qwen3_moe_hf_sharded",
     "qwen2_moe_mlx_q4",
@@ -57,6 +57,7 @@ const CASES: [&str; 26] = [
     "gpt_oss_mlx_q4",
     "gpt_oss_mlx_mxfp4",
     "gpt_oss_unquantized",
+    "gpt_oss_hf_mxfp4",
 ];
 
 fn case_dir(name: &str) -> PathBuf {
@@ -705,11 +706,13 @@ fn fuzzed_checkpoints_give_errors_not_panics() {
     let start = std::time::Instant::now();
     let (ok1, err1) = fuzz("glm4_moe_mlx_q8_g32", 1, 800, 7);
     let (ok2, err2) = fuzz("olmoe_hf_f16", 1, 400, 8);
+    // gpt-oss: biases, and OpenAI's interleaved MXFP4 blocks.
+    let (ok3, err3) = fuzz("gpt_oss_hf_mxfp4", 1, 400, 9);
     let secs = start.elapsed().as_secs_f64();
     println!("fuzz: {secs:.2} s");
     assert!(
-        err1 > 400 && err2 > 200 && ok1 > 0 && ok2 > 0,
-        "mutations should mostly fail: {ok1}/{err1}, {ok2}/{err2}"
+        err1 > 400 && err2 > 200 && err3 > 200 && ok1 > 0 && ok2 > 0 && ok3 > 0,
+        "mutations should mostly fail: {ok1}/{err1}, {ok2}/{err2}, {ok3}/{err3}"
     );
     assert!(secs < 10.0, "fuzz took {secs:.1} s");
 }

@@ -236,6 +236,7 @@ fn gpt_oss_blocks_match_cpu_on_every_cuda_path() {
         (root.join("st/gpt_oss_mlx_q4"), 1),
         (root.join("st/gpt_oss_mlx_mxfp4"), 1),
         (root.join("st/gpt_oss_unquantized"), 1),
+        (root.join("st/gpt_oss_hf_mxfp4"), 1),
     ];
     for (model, layer) in cases {
         let cpu = load::open(&model)

@@ -47,6 +47,10 @@ enum Experts {
     Fused(&'static str, &'static str),
     /// Hugging Face: one tensor per expert; names of gate, up, down.
     PerExpert([&'static str; 3]),
+    /// OpenAI's gpt-oss (`quant_method: mxfp4`): `{stacked}.gate_up_proj`
+    /// (gate and up rows interleaved) and `{stacked}.down_proj`, each as
+    /// `_blocks` / `_scales` (/ `_bias`).
+    Mxfp4Blocks,
 }
 
 /// One linear module's tensors, resolved and shape-checked.
@@ -330,6 +334,10 @@ fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
     if ck.get(&stacked).is_some() {
         return Ok(Experts::Stacked);
     }
+    let blocks = format!("{prefix}.{}.gate_up_proj_blocks", names.stacked);
+    if ck.cfg.quant.hf_mxfp4 && ck.get(&blocks).is_some() {
+        return Ok(Experts::Mxfp4Blocks);
+    }
     if let Some((gate_up, down)) = names.fused {
         if ck.get(&format!("{prefix}.{gate_up}")).is_some() {
             return Ok(Experts::Fused(gate_up, down));
@@ -349,6 +357,52 @@ fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
             "mlx-lm layout; the Hugging Face `{prefix}.experts.0.gate_proj.weight` is absent too"
         ),
     ))
+}
+
+/// `{name}_blocks` (u8 `[E, rows, cols / 32, 16]`) and `{name}_scales` (u8
+/// `[E, rows, cols / 32]`): MXFP4 as OpenAI stores it, the bytes of MLX's
+/// `mode="mxfp4"` (mlx-lm views the blocks as uint32). With `interleaved`,
+/// rows `2n` and `2n + 1` are gate and up row `n` (`rows` = 2I): returns
+/// [gate, up]; else [the matrix].
+fn mxfp4_blocks(
+    ck: &SafetensorsCheckpoint,
+    name: &str,
+    [e, rows, cols]: [usize; 3],
+    interleaved: bool,
+) -> Result<Vec<QuantWeights>> {
+    let (bn, sn) = (format!("{name}_blocks"), format!("{name}_scales"));
+    for (t, want) in [
+        (&bn, vec![e, rows, cols / 32, 16]),
+        (&sn, vec![e, rows, cols / 32]),
+    ] {
+        let (d, got) = ck.info(t)?;
+        if d != DType::U8 || got != want.as_slice() || cols % 32 != 0 {
+            return Err(ck.bad(
+                t,
+                format!("{d} {got:?}, expected u8 {want:?} (MXFP4 of {e} experts × {rows} rows × {cols} columns)"),
+            ));
+        }
+    }
+    let (blocks, scales) = (ck.load(&bn)?, ck.load(&sn)?);
+    let (bb, sb) = (blocks.bytes()?, scales.bytes()?);
+    let (row_b, row_s) = (cols / 2, cols / 32);
+    let parts = if interleaved { 2 } else { 1 };
+    let n = rows / parts;
+    (0..parts)
+        .map(|which| {
+            let pick = |src: &[u8], per: usize| {
+                let mut v = Vec::with_capacity(e * n * per);
+                for r in (0..e * rows).filter(|r| r % parts == which) {
+                    v.extend_from_slice(&src[r * per..(r + 1) * per]);
+                }
+                Bytes::copy_from(&v)
+            };
+            let data = Tensor::from_bytes(DType::U32, &[e, n, cols / 8], pick(bb, row_b))?;
+            let sc = Tensor::from_bytes(DType::U8, &[e, n, row_s], pick(sb, row_s))?;
+            let f = WeightFormat::MlxFp(crate::format::MlxFpMode::Mxfp4);
+            QuantWeights::new(f, e, n, cols, data, Some(sc), None).map_err(|err| ck.bad(&bn, err))
+        })
+        .collect()
 }
 
 /// A linear layer's `bias` tensor `name` (float `shape`) as an f32 tensor;
@@ -376,24 +430,44 @@ fn linear_biases(ck: &SafetensorsCheckpoint, module: &str, router: &str) -> Resu
     let c = &ck.cfg;
     let (e, h, i) = (c.n_experts, c.hidden, c.intermediate);
     let (ke, ki) = (c.keys.experts, c.keys.intermediate);
-    let proj = |name: &str| format!("{module}.{}.{name}.bias", c.names.stacked);
     let ei = [e, i];
     let ei_keys = format!("`{ke}`, `{ki}`");
-    Ok(ExpertBiases {
-        router: Some(linear_bias(
+    let eh_keys = format!("`{ke}`, `hidden_size`");
+    let router = Some(linear_bias(
+        ck,
+        &format!("{router}.bias"),
+        &[e],
+        &format!("`{ke}`"),
+    )?);
+    if let Experts::Mxfp4Blocks = detect(ck, module)? {
+        // OpenAI's names; gate and up interleaved as their weights' rows.
+        let experts = format!("{module}.{}", c.names.stacked);
+        let gu_keys = format!("`{ke}`, 2 × `{ki}`");
+        let gu = linear_bias(
             ck,
-            &format!("{router}.bias"),
-            &[e],
-            &format!("`{ke}`"),
-        )?),
+            &format!("{experts}.gate_up_proj_bias"),
+            &[e, 2 * i],
+            &gu_keys,
+        )?
+        .to_f32_vec()?;
+        let half = |which: usize| -> Result<Option<Tensor>> {
+            let v: Vec<f32> = gu.iter().skip(which).step_by(2).copied().collect();
+            Tensor::from_f32(&v, &ei, DType::F32).map(Some)
+        };
+        let down = format!("{experts}.down_proj_bias");
+        return Ok(ExpertBiases {
+            router,
+            gate: half(0)?,
+            up: half(1)?,
+            down: Some(linear_bias(ck, &down, &[e, h], &eh_keys)?),
+        });
+    }
+    let proj = |name: &str| format!("{module}.{}.{name}.bias", c.names.stacked);
+    Ok(ExpertBiases {
+        router,
         gate: Some(linear_bias(ck, &proj("gate_proj"), &ei, &ei_keys)?),
         up: Some(linear_bias(ck, &proj("up_proj"), &ei, &ei_keys)?),
-        down: Some(linear_bias(
-            ck,
-            &proj("down_proj"),
-            &[e, h],
-            &format!("`{ke}`, `hidden_size`"),
-        )?),
+        down: Some(linear_bias(ck, &proj("down_proj"), &[e, h], &eh_keys)?),
     })
 }
 
@@ -459,7 +533,7 @@ pub(super) fn build(
     let shared_parts = c.shared.as_ref().map_or(0, |s| 3 + usize::from(s.gated));
     let expert_parts = match experts {
         Experts::Stacked => 3,
-        Experts::Fused(..) => 2,
+        Experts::Fused(..) | Experts::Mxfp4Blocks => 2,
         Experts::PerExpert(_) => 3 * e,
     };
     let total = 1 + expert_parts + shared_parts;
@@ -513,6 +587,16 @@ pub(super) fn build(
             let d = fused_dense(ck, &format!("{p}.{dn}"), [e, h, i], &hi)?;
             tick();
             (GateUp::fused(w)?, d)
+        }
+        Experts::Mxfp4Blocks => {
+            let experts = format!("{p}.{}", c.names.stacked);
+            let gu = format!("{experts}.gate_up_proj");
+            let [gate, up] = to_n(mxfp4_blocks(ck, &gu, [e, 2 * i, h], true)?)?;
+            tick();
+            let dn = format!("{experts}.down_proj");
+            let [down] = to_n(mxfp4_blocks(ck, &dn, [e, h, i], false)?)?;
+            tick();
+            (GateUp::separate(gate, up)?, down)
         }
         Experts::PerExpert(names) => {
             let mut w = Vec::with_capacity(3);
@@ -577,10 +661,10 @@ pub(super) fn build(
     let ffn = ExpertFfn {
         act: c.glu,
         bias: if c.linear_bias {
-            if !matches!(experts, Experts::Stacked) {
+            if !matches!(experts, Experts::Stacked | Experts::Mxfp4Blocks) {
                 return Err(ck.missing(
                     &format!("{p}.{}.gate_proj.weight", c.names.stacked),
-                    "the mlx-lm layout (the only one read with expert biases)",
+                    "mlx-lm's layout, or OpenAI's *_blocks with quant_method mxfp4: the layouts read with expert biases",
                 ));
             }
             linear_biases(ck, &p, &router_module)?
@@ -600,6 +684,11 @@ pub(super) fn build(
         shared,
         ffn,
     })
+}
+
+fn to_n<const N: usize>(v: Vec<QuantWeights>) -> Result<[QuantWeights; N]> {
+    let n = v.len();
+    v.try_into().map_err(|_| invalid(OP, "projections", N, n))
 }
 
 fn to3(v: Vec<QuantWeights>) -> Result<[QuantWeights; 3]> {

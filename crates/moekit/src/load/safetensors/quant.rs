@@ -112,6 +112,10 @@ impl Fp8Config {
 pub(crate) struct QuantConfig {
     /// FP8 block scales (`quant_method: "fp8"`); then nothing else is set.
     pub fp8: Option<Fp8Config>,
+    /// `quant_method: "mxfp4"` (OpenAI's gpt-oss checkpoints): the experts as
+    /// `*_blocks` / `*_scales` (the layout reads them), every other module
+    /// unquantized; then nothing else is set.
+    pub hf_mxfp4: bool,
     /// Top-level params, if the section has them.
     pub default: Option<Params>,
     /// Per-module entries; `None` means `false` (unquantized).
@@ -150,10 +154,16 @@ impl QuantConfig {
                     ..QuantConfig::default()
                 });
             }
+            if m.as_str() == Some("mxfp4") {
+                return Ok(QuantConfig {
+                    hf_mxfp4: true,
+                    ..QuantConfig::default()
+                });
+            }
             return Err(unsupported(
                 "safetensors",
                 format!(
-                    "{}: {key}.quant_method = {m} (supported: \"fp8\" with block scales, or mlx quantization without a quant_method)",
+                    "{}: {key}.quant_method = {m} (supported: \"fp8\" with block scales, \"mxfp4\" (gpt-oss experts as *_blocks / *_scales), or mlx quantization without a quant_method)",
                     f.path.display()
                 ),
             ));
@@ -185,6 +195,7 @@ impl QuantConfig {
         }
         Ok(QuantConfig {
             fp8: None,
+            hf_mxfp4: false,
             default,
             overrides,
         })
