@@ -30,7 +30,7 @@ const NMSE_BOUND: f64 = 1e-8;
 /// formats with integer kernels): NMSE ≤ 1e-4.
 const NMSE_Q8: f64 = 1e-4;
 
-const CASES: [&str; 27] = [
+const CASES: [&str; 29] = [
     "qwen3_moe_mlx_q4",
     "qwen3_moe_hf_sharded",
     "qwen2_moe_mlx_q4",
@@ -58,6 +58,8 @@ const CASES: [&str; 27] = [
     "gpt_oss_mlx_mxfp4",
     "gpt_oss_unquantized",
     "gpt_oss_hf_mxfp4",
+    "bailing_moe_mlx_q4",
+    "bailing_moe_hf",
 ];
 
 fn case_dir(name: &str) -> PathBuf {

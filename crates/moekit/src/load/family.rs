@@ -31,7 +31,7 @@ pub struct Family {
 }
 
 /// Every family the loaders support.
-pub const FAMILIES: [Family; 14] = [
+pub const FAMILIES: [Family; 15] = [
     Family {
         name: "Qwen3-MoE",
         gguf_archs: &["qwen3moe"],
@@ -118,6 +118,13 @@ pub const FAMILIES: [Family; 14] = [
         gguf_archs: &["gpt-oss"],
         model_types: &["gpt_oss"],
         presets: &["gpt-oss-20b"],
+    },
+    Family {
+        name: "Bailing-MoE",
+        // llama.cpp's Ling 2.0 architecture (its v1 `bailingmoe` is not read).
+        gguf_archs: &["bailingmoe2"],
+        model_types: &["bailing_moe"],
+        presets: &[],
     },
 ];
 

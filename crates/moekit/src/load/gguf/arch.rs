@@ -21,6 +21,7 @@
 //! | `glm4moe` | key, default sigmoid | key, default no | key | required | plain if `expert_shared_count` > 0 |
 //! | `minimax-m2` | key, required | yes | – | required | – |
 //! | `dots1` | key, required | key, default no | key | optional | plain |
+//! | `bailingmoe2` | key, required | key, default no | key | optional | plain |
 //!
 //! "key" means `<arch>.expert_gating_func` (1 softmax, 2 sigmoid; "required":
 //! llama.cpp has no default and aborts without it, moekit names the key),
@@ -188,6 +189,19 @@ impl ArchRule {
             // dots1.cpp: gating from the key (no default), norm and scale
             // from keys, optional exp_probs_b, plain shared expert.
             "dots1" => ArchRule {
+                gating: Param::Required,
+                norm: Key(false),
+                scale_key: true,
+                style: Style::Grouped,
+                bias: Need::Optional,
+                shared: SharedRule::Plain,
+                glu: GluAct::SwiGlu,
+                linear_bias: false,
+            },
+            // bailingmoe2.cpp (Ling 2.0): gating from the key, norm and
+            // scale from keys, optional exp_probs_b, plain shared expert,
+            // leading dense blocks.
+            "bailingmoe2" => ArchRule {
                 gating: Param::Required,
                 norm: Key(false),
                 scale_key: true,

@@ -525,6 +525,76 @@ impl ModelConfig {
                 }
                 (e, k, i, router, deepseek_rule(f, false)?)
             }
+            "bailing_moe" => {
+                // mlx-lm `bailing_moe` (BailingMoeSparseMoeBlock,
+                // group_expert_select): scores softmax or sigmoid
+                // (`score_function`) + `gate.expert_bias` if
+                // `moe_router_enable_expert_bias`; `n_group` > 1 keeps the
+                // `topk_group` groups with the best top-2 sums (dropped
+                // groups' keys 0.0); weights the unbiased scores,
+                // renormalised iff norm_topk_prob and k > 1 (+1e-20),
+                // × routed_scaling_factor; a plain shared expert of
+                // `num_shared_experts` × (moe_shared_expert_intermediate_size
+                // or moe_intermediate_size); MoE where layer >=
+                // first_k_dense_replace. Router `gate.gate_proj` (mlx-lm's
+                // sanitize renames the Hugging Face `gate`).
+                names.router = &["gate.gate_proj", "gate"];
+                names.bias = "gate.expert_bias";
+                keys.shared = "num_shared_experts × moe_intermediate_size";
+                let e = f.usize_req("num_experts", MAX_EXPERTS)?;
+                let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
+                let i = f.usize_req("moe_intermediate_size", MAX_DIM)?;
+                if f.bool_or("use_bias", false)? {
+                    return Err(crate::error::unsupported(
+                        "safetensors",
+                        format!(
+                            "{}: {mt} with use_bias = true (expert biases)",
+                            path.display()
+                        ),
+                    ));
+                }
+                let scoring = match f.str_opt("score_function")?.unwrap_or("softmax") {
+                    "softmax" => Scoring::Softmax,
+                    "sigmoid" => Scoring::Sigmoid,
+                    other => {
+                        return Err(f.bad("score_function", "\"softmax\" or \"sigmoid\"", other))
+                    }
+                };
+                let router = grouped(f, scoring, true, false)?;
+                if let RouterKind::Grouped { n_group, .. } = router {
+                    if scoring == Scoring::Softmax && n_group > 1 {
+                        // moekit's softmax Grouped router ranks groups by their best score.
+                        return Err(crate::error::unsupported(
+                            "safetensors",
+                            format!("{}: {mt} with softmax scores and n_group = {n_group} (groups ranked by their top-2 sum)", path.display()),
+                        ));
+                    }
+                }
+                needs_bias = f.bool_or("moe_router_enable_expert_bias", false)?;
+                let n = f.usize_or("num_shared_experts", 1024, 0)?;
+                if n > 0 && f.bool_or("moe_router_enable_shared_expert", true)? {
+                    let per = f
+                        .usize_opt("moe_shared_expert_intermediate_size", MAX_DIM)?
+                        .filter(|&s| s > 0)
+                        .unwrap_or(i);
+                    let s = per
+                        .checked_mul(n)
+                        .filter(|&s| s <= MAX_DIM)
+                        .ok_or_else(|| {
+                            f.bad(
+                                "num_shared_experts",
+                                "num_shared_experts · its intermediate size ≤ 2^20",
+                                n,
+                            )
+                        })?;
+                    shared = Some(SharedSpec {
+                        intermediate: s,
+                        prefix: "shared_experts",
+                        gated: false,
+                    });
+                }
+                (e, k, i, router, deepseek_rule(f, false)?)
+            }
             "granitemoe" => {
                 // mlx-lm `granitemoe` (GraniteMoeMoE): top-k logits, softmax
                 // over the k; router `router.layer`; every block is MoE. The

@@ -101,7 +101,7 @@ fn every_family_table_model_type_has_a_rule() {
         let sizes = r#""hidden_size":64,"num_hidden_layers":2,"num_experts":8,
                "num_local_experts":8,"n_routed_experts":8,"num_experts_per_tok":2,
                "moe_intermediate_size":16,"intermediate_size":16,"shared_expert_intermediate_size":16,
-               "n_group":2,"topk_group":1"#;
+               "n_group":2,"topk_group":1,"score_function":"sigmoid""#;
         let text = match mt {
             // The language model's settings nested under text_config.
             "qwen3_5_moe" | "kimi_k25" => {
