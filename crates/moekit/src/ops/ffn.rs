@@ -246,6 +246,14 @@ pub fn add_down_bias_on(
             routing.weights.shape()
         ),
     )?;
+    if let Some(&e) = ids.iter().find(|&&e| e as usize >= n_e) {
+        return Err(crate::error::invalid(
+            OP,
+            "routing.ids",
+            format!("< {n_e}"),
+            e,
+        ));
+    }
     let b = bias.to_f32_vec()?;
     let mut o = out.to_f32_vec()?;
     for tt in 0..t {
@@ -253,7 +261,6 @@ pub fn add_down_bias_on(
             let mut s = 0f32;
             for j in 0..k {
                 let e = ids[tt * k + j] as usize;
-                ensure(e < n_e, OP, "routing.ids", format!("< {n_e}"), e)?;
                 s = w[tt * k + j].mul_add(b[e * h + hh], s);
             }
             o[tt * h + hh] += s;
@@ -278,6 +285,38 @@ mod tests {
         assert!((a.apply(-9.0, 0.5) as f64 - want(-9.0, 0.5)).abs() < 1e-6);
         assert_eq!(GluAct::SwiGlu.apply(0.0, 3.0), 0.0);
         assert!((GluAct::SwiGlu.apply_f64(1.0, 2.0) - 2.0 / (1.0 + (-1f64).exp())).abs() < 1e-15);
+    }
+
+    #[test]
+    fn router_and_down_biases_on_the_cpu() {
+        use crate::ops::route::Routing;
+        let t = |v: &[f32], shape: &[usize]| Tensor::from_f32(v, shape, DType::F32).unwrap();
+        for b in [Backend::CpuReference, Backend::CpuFast] {
+            let logits = add_router_bias_on(
+                b,
+                &t(&[1.0, 2.0, 3.0, 4.0], &[2, 2]),
+                &t(&[0.5, -1.0], &[2]),
+            )
+            .unwrap();
+            assert_eq!(logits.to_f32_vec().unwrap(), [1.5, 1.0, 3.5, 3.0]);
+            // Token 0: 0.25 · bias[1] + 0.75 · bias[0]; token 1: 1.0 · bias[1].
+            let bias = t(&[1.0, 2.0, 10.0, 20.0], &[2, 2]);
+            let routing = Routing {
+                ids: Tensor::from_slice(&[1u32, 0, 1, 1], &[2, 2]).unwrap(),
+                weights: t(&[0.25, 0.75, 0.5, 0.5], &[2, 2]),
+            };
+            let out =
+                add_down_bias_on(b, &t(&[0.0, 1.0, 2.0, 3.0], &[2, 2]), &routing, &bias).unwrap();
+            assert_eq!(out.to_f32_vec().unwrap(), [3.25, 7.5, 12.0, 23.0]);
+            let bad = Routing {
+                ids: Tensor::from_slice(&[1u32, 2, 0, 0], &[2, 2]).unwrap(),
+                ..routing
+            };
+            let err = add_down_bias_on(b, &t(&[0.0; 4], &[2, 2]), &bad, &bias)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("routing.ids") && err.contains("< 2"), "{err}");
+        }
     }
 
     #[test]

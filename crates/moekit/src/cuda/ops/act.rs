@@ -3,7 +3,7 @@
 //! bias row added to every row (the router's bias), and the
 //! routing-weighted expert biases added to a combined output (down's bias).
 
-use super::{check_out, ctype, launch, Geometry, FLOAT_DTYPES};
+use super::{check_out, ctype, launch, u32_of, Geometry, FLOAT_DTYPES};
 use crate::cuda::jit::Source;
 use crate::error::{ensure, Result};
 use crate::tensor::Tensor;
@@ -159,8 +159,6 @@ pub fn routed_bias_add(out: &Tensor, ids: &Tensor, weights: &Tensor, bias: &Tens
     if nt == 0 || h == 0 {
         return Ok(());
     }
-    let u =
-        |v: usize, arg| u32::try_from(v).map_err(|_| crate::error::invalid(OP, arg, "< 2^32", v));
     ensure(nt <= 65535, OP, "out", "at most 65535 rows", nt)?;
     let p = RoutedBiasParams {
         out: ob.ptr(),
@@ -168,10 +166,10 @@ pub fn routed_bias_add(out: &Tensor, ids: &Tensor, weights: &Tensor, bias: &Tens
         weights: weights.cuda_bytes()?.ptr(),
         bias: bias.cuda_bytes()?.ptr(),
         err: dev.error_word(),
-        n_tokens: u(nt, "out")?,
-        hidden: u(h, "out")?,
-        top_k: u(k, "ids")?,
-        n_experts: u(bias.shape()[0], "bias")?,
+        n_tokens: u32_of(OP, "out", nt)?,
+        hidden: u32_of(OP, "out", h)?,
+        top_k: u32_of(OP, "ids", k)?,
+        n_experts: u32_of(OP, "bias", bias.shape()[0])?,
         pad: [0; 2],
     };
     let geo = Geometry {

@@ -426,11 +426,6 @@ fn plan_for(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<Plan, String> 
     plan(p, t, x.dtype())
 }
 
-/// Device address of an optional f32 bias (validated with the block), or 0.
-fn bias_ptr(t: &Option<Tensor>) -> Result<u64> {
-    t.as_ref().map_or(Ok(0), |t| Ok(t.cuda_bytes()?.ptr()))
-}
-
 /// Whether the decode path runs `block` on `x`, or why not (see [`plan_for`]).
 pub fn supports(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<(), String> {
     plan_for(p, x).map(|_| ())
@@ -667,8 +662,8 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         trace_twice: super::env_knob("MOEKIT_TRACE_TWICE", 0..=1, 0),
         trace: dev.trace_ptr(),
         glu: super::GluParams::of(&p.ffn)?,
-        router_bias: bias_ptr(&p.ffn.bias.router)?,
-        down_bias: bias_ptr(&p.ffn.bias.down)?,
+        router_bias: super::opt_ptr(&p.ffn.bias.router)?,
+        down_bias: super::opt_ptr(&p.ffn.bias.down)?,
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;

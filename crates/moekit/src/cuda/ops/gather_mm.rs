@@ -17,10 +17,10 @@
 //! Geometry depends on shapes only: `grid = (⌈M/8⌉, ⌈N/(4·RPW)⌉)` with RPW
 //! output columns per warp (2 for P = 1, 1 for P = 2), 128 threads a block.
 
-use super::{check_out, ctype, launch, Geometry, FLOAT_DTYPES};
+use super::{check_out, ctype, launch, u32_of, Geometry, FLOAT_DTYPES};
 use crate::cuda::jit::Source;
 use crate::dtype::DType;
-use crate::error::{ensure, invalid, Result};
+use crate::error::{ensure, Result};
 use crate::format::{GgmlType, QuantWeights, WeightFormat};
 use crate::ops::act::GateUp;
 use crate::ops::ffn::ExpertFfn;
@@ -198,10 +198,6 @@ pub(crate) fn weight_src(
         rows: u32_of(op, "weight rows", w.rows())?,
         row_offset: u32_of(op, "weight rows", row_offset)?,
     })
-}
-
-fn u32_of(op: &'static str, arg: &'static str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| invalid(op, arg, "< 2^32", v))
 }
 
 /// Checks `x` and the row→expert mapping (shapes and devices only: no data is

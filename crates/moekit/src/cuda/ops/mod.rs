@@ -74,6 +74,16 @@ pub fn check_out(
     )
 }
 
+/// `v` as a kernel's u32 argument, or an error naming op and argument.
+pub(crate) fn u32_of(op: &'static str, arg: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| invalid(op, arg, "< 2^32", v))
+}
+
+/// Device address of an optional (validated) tensor, or 0 (null) without one.
+pub(crate) fn opt_ptr(t: &Option<crate::tensor::Tensor>) -> Result<u64> {
+    t.as_ref().map_or(Ok(0), |t| Ok(t.cuda_bytes()?.ptr()))
+}
+
 /// The experts' activation and gate/up biases as the kernels take them
 /// (`kernels/common.cuh` `GluParams`).
 #[repr(C)]
@@ -98,13 +108,10 @@ impl GluParams {
     /// `ffn`'s activation and gate/up bias pointers (validated by the caller:
     /// f32 `[E, I]` on the kernel's device).
     pub(crate) fn of(ffn: &crate::ops::ffn::ExpertFfn) -> Result<GluParams> {
-        let ptr = |t: &Option<crate::tensor::Tensor>| -> Result<u64> {
-            t.as_ref().map_or(Ok(0), |t| Ok(t.cuda_bytes()?.ptr()))
-        };
         let (kind, alpha, limit) = ffn.act.kernel_args();
         Ok(GluParams {
-            gate_bias: ptr(&ffn.bias.gate)?,
-            up_bias: ptr(&ffn.bias.up)?,
+            gate_bias: opt_ptr(&ffn.bias.gate)?,
+            up_bias: opt_ptr(&ffn.bias.up)?,
             kind,
             alpha,
             limit,

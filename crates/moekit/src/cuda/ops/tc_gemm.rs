@@ -19,7 +19,7 @@ use super::gather_mm::{
     all_format_types, format_type, group_shift, same_instance, weight_src, WeightSrc,
 };
 use super::GluParams;
-use super::{check_out, ctype, launch, Geometry};
+use super::{check_out, ctype, launch, u32_of, Geometry};
 use crate::cuda::jit::Source;
 use crate::dtype::DType;
 use crate::error::{ensure, invalid, Result};
@@ -364,10 +364,6 @@ pub fn instances() -> Vec<(&'static Source, String)> {
         }
     }
     names.into_iter().map(|e| (&SRC, e)).collect()
-}
-
-pub(crate) fn u32_of(op: &'static str, arg: &'static str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| invalid(op, arg, "< 2^32", v))
 }
 
 /// Checks a u32 index tensor on `x`'s device.

@@ -19,7 +19,7 @@
 
 use super::gather_mm::{all_format_types, format_type};
 use super::tc_gemm::{self, Kernel, TcRows};
-use super::{check_out, ctype, launch, Geometry};
+use super::{check_out, ctype, launch, u32_of, Geometry};
 use crate::cuda::jit::Source;
 use crate::cuda::Arch;
 use crate::dtype::DType;
@@ -322,8 +322,8 @@ pub fn permute_into(x: &Tensor, order: SpanOrder, out: &Tensor) -> Result<()> {
     let params = RaPermParams {
         x: xb.ptr(),
         y: out.cuda_bytes()?.ptr(),
-        rows: tc_gemm::u32_of(OP, "rows", rows)?,
-        k: tc_gemm::u32_of(OP, "K", k)?,
+        rows: u32_of(OP, "rows", rows)?,
+        k: u32_of(OP, "K", k)?,
         order: order.code(),
         pad: 0,
     };

@@ -186,22 +186,10 @@ impl ArchRule {
                 glu: GluAct::SwiGlu,
                 linear_bias: false,
             },
-            // dots1.cpp: gating from the key (no default), norm and scale
-            // from keys, optional exp_probs_b, plain shared expert.
-            "dots1" => ArchRule {
-                gating: Param::Required,
-                norm: Key(false),
-                scale_key: true,
-                style: Style::Grouped,
-                bias: Need::Optional,
-                shared: SharedRule::Plain,
-                glu: GluAct::SwiGlu,
-                linear_bias: false,
-            },
-            // bailingmoe2.cpp (Ling 2.0): gating from the key, norm and
-            // scale from keys, optional exp_probs_b, plain shared expert,
-            // leading dense blocks.
-            "bailingmoe2" => ArchRule {
+            // dots1.cpp and bailingmoe2.cpp (Ling 2.0): gating from the key
+            // (no default), norm and scale from keys, optional exp_probs_b,
+            // plain shared expert (leading dense blocks from their key).
+            "dots1" | "bailingmoe2" => ArchRule {
                 gating: Param::Required,
                 norm: Key(false),
                 scale_key: true,

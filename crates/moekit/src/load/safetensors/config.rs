@@ -283,6 +283,26 @@ fn deepseek_rule(f: &Fields<'_>, with_freq: bool) -> Result<LayerRule> {
     Ok(LayerRule::FirstDense { first_dense, freq })
 }
 
+/// A plain (ungated) `shared_experts` module of `n` experts (config key
+/// `n_key`) of `per` intermediate rows each, fused as one of `n · per`.
+fn shared_experts(f: &Fields<'_>, n_key: &str, n: usize, per: usize) -> Result<SharedSpec> {
+    let s = per
+        .checked_mul(n)
+        .filter(|&s| s <= MAX_DIM)
+        .ok_or_else(|| {
+            f.bad(
+                n_key,
+                &format!("{n_key} · the shared expert's intermediate size {per} ≤ 2^20"),
+                n,
+            )
+        })?;
+    Ok(SharedSpec {
+        intermediate: s,
+        prefix: "shared_experts",
+        gated: false,
+    })
+}
+
 /// Grouped (DeepSeek-style) router settings.
 fn grouped(
     f: &Fields<'_>,
@@ -510,18 +530,7 @@ impl ModelConfig {
                 needs_bias = true;
                 let router = grouped(f, Scoring::Sigmoid, true, false)?;
                 if let Some(n) = f.usize_opt("n_shared_experts", 1024)?.filter(|&n| n > 0) {
-                    let s = i.checked_mul(n).filter(|&s| s <= MAX_DIM).ok_or_else(|| {
-                        f.bad(
-                            "n_shared_experts",
-                            "n_shared_experts · moe_intermediate_size ≤ 2^20",
-                            n,
-                        )
-                    })?;
-                    shared = Some(SharedSpec {
-                        intermediate: s,
-                        prefix: "shared_experts",
-                        gated: false,
-                    });
+                    shared = Some(shared_experts(f, "n_shared_experts", n, i)?);
                 }
                 (e, k, i, router, deepseek_rule(f, false)?)
             }
@@ -577,21 +586,7 @@ impl ModelConfig {
                         .usize_opt("moe_shared_expert_intermediate_size", MAX_DIM)?
                         .filter(|&s| s > 0)
                         .unwrap_or(i);
-                    let s = per
-                        .checked_mul(n)
-                        .filter(|&s| s <= MAX_DIM)
-                        .ok_or_else(|| {
-                            f.bad(
-                                "num_shared_experts",
-                                "num_shared_experts · its intermediate size ≤ 2^20",
-                                n,
-                            )
-                        })?;
-                    shared = Some(SharedSpec {
-                        intermediate: s,
-                        prefix: "shared_experts",
-                        gated: false,
-                    });
+                    shared = Some(shared_experts(f, "num_shared_experts", n, per)?);
                 }
                 (e, k, i, router, deepseek_rule(f, false)?)
             }
@@ -685,18 +680,7 @@ impl ModelConfig {
                     grouped(f, Scoring::Sigmoid, true, true)?
                 };
                 if let Some(n) = f.usize_opt("n_shared_experts", 1024)?.filter(|&n| n > 0) {
-                    let s = i.checked_mul(n).filter(|&s| s <= MAX_DIM).ok_or_else(|| {
-                        f.bad(
-                            "n_shared_experts",
-                            "n_shared_experts · moe_intermediate_size ≤ 2^20",
-                            n,
-                        )
-                    })?;
-                    shared = Some(SharedSpec {
-                        intermediate: s,
-                        prefix: "shared_experts",
-                        gated: false,
-                    });
+                    shared = Some(shared_experts(f, "n_shared_experts", n, i)?);
                 }
                 let rule = deepseek_rule(f, mt != "glm4_moe")?;
                 match e {

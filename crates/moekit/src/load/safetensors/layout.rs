@@ -425,8 +425,14 @@ fn linear_bias(
 }
 
 /// The biases of the router (`{router}.bias`) and of the stacked experts'
-/// projections (`{module}.{stacked}.{gate,up,down}_proj.bias`), gpt-oss's.
-fn linear_biases(ck: &SafetensorsCheckpoint, module: &str, router: &str) -> Result<ExpertBiases> {
+/// projections (`{module}.{stacked}.{gate,up,down}_proj.bias`, or OpenAI's
+/// names in its layout `experts`), gpt-oss's.
+fn linear_biases(
+    ck: &SafetensorsCheckpoint,
+    module: &str,
+    router: &str,
+    experts: &Experts,
+) -> Result<ExpertBiases> {
     let c = &ck.cfg;
     let (e, h, i) = (c.n_experts, c.hidden, c.intermediate);
     let (ke, ki) = (c.keys.experts, c.keys.intermediate);
@@ -439,7 +445,7 @@ fn linear_biases(ck: &SafetensorsCheckpoint, module: &str, router: &str) -> Resu
         &[e],
         &format!("`{ke}`"),
     )?);
-    if let Experts::Mxfp4Blocks = detect(ck, module)? {
+    if let Experts::Mxfp4Blocks = experts {
         // OpenAI's names; gate and up interleaved as their weights' rows.
         let experts = format!("{module}.{}", c.names.stacked);
         let gu_keys = format!("`{ke}`, 2 × `{ki}`");
@@ -667,7 +673,7 @@ pub(super) fn build(
                     "mlx-lm's layout, or OpenAI's *_blocks with quant_method mxfp4: the layouts read with expert biases",
                 ));
             }
-            linear_biases(ck, &p, &router_module)?
+            linear_biases(ck, &p, &router_module, &experts)?
         } else {
             ExpertBiases::default()
         },
