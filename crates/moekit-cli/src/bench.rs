@@ -1,13 +1,13 @@
 //! `moekit bench`: whole-MoE-block timings on synthetic weights of real model
 //! shapes, against the machine's memory read bandwidth measured in the same run.
 
-use crate::presets::{self, Preset};
+use crate::presets::{self, Inputs, Preset};
 use indicatif::{ProgressBar, ProgressStyle};
 use moekit::format::random::random_weights;
 use moekit::moe::MoePath;
 use moekit::moe::{MoeBlock, MoeBlockParts, SharedExpert};
 use moekit::ops::act::GateUp;
-use moekit::ops::ffn::{ExpertBiases, ExpertFfn, GluAct};
+use moekit::ops::ffn::{ExpertBiases, ExpertFfn, ExpertInput, GluAct, InputNorm};
 use moekit::ops::route::RouterConfig;
 use moekit::{Backend, DType, Device, Tensor, WeightFormat};
 use rand::{Rng, SeedableRng};
@@ -20,7 +20,7 @@ use std::time::Instant;
 /// Arguments of `moekit bench`.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Model preset (qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite, gpt-oss-20b, qwen3-next-80b).
+    /// Model preset (qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite, gpt-oss-20b, qwen3-next-80b, gemma4-26b-a4b, llama4-scout, ernie-4.5-21b-a3b, hunyuan-a13b).
     #[arg(long, default_value = "qwen3-30b-a3b")]
     pub preset: String,
     /// Expert weight formats, comma separated (q4_0, q8_0, q4_k, iq4_xs, mxfp4, affine4, affine8-g32, mlx-mxfp4, mlx-nvfp4, mlx-mxfp8, fp8-b128, bf16, ...), or `all`.
@@ -192,8 +192,11 @@ fn build_block(
         n_experts: e,
         top_k: p.top_k,
     };
-    let ffn = match p.glu {
-        GluAct::SwiGlu => ExpertFfn::default(),
+    let mut ffn = match p.glu {
+        act @ (GluAct::SwiGlu | GluAct::GeluTanh) => ExpertFfn {
+            act,
+            ..Default::default()
+        },
         act => {
             // gpt-oss: biases on the router and every expert projection.
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(9));
@@ -211,6 +214,27 @@ fn build_block(
                     up: bias(&[e, i], 1.0)?,
                     down: bias(&[e, h], 0.1)?,
                 },
+                input: Default::default(),
+            }
+        }
+    };
+    ffn.input = match p.inputs {
+        Inputs::Plain => ExpertInput::default(),
+        Inputs::WeightBefore => ExpertInput {
+            weight_before: true,
+            ..Default::default()
+        },
+        Inputs::Gemma4 => {
+            let norm = || -> moekit::Result<InputNorm> {
+                Ok(InputNorm {
+                    weight: Tensor::from_f32(&vec![1.0; h], &[h], DType::F32)?,
+                    eps: 1e-6,
+                })
+            };
+            ExpertInput {
+                router_norm: Some(norm()?),
+                expert_norm: Some(norm()?),
+                weight_before: false,
             }
         }
     };

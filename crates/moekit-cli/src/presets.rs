@@ -19,6 +19,19 @@ pub struct Preset {
     /// The experts' activation; a block with [`GluAct::SwiGluOai`] also gets
     /// random biases on its router and expert projections (gpt-oss).
     pub glu: GluAct,
+    /// What the router and the experts read.
+    pub inputs: Inputs,
+}
+
+/// The router's and the experts' inputs of a preset (`moekit::ops::input`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inputs {
+    /// Both read x.
+    Plain,
+    /// Gemma-4: an RMS norm before the router and another before the experts.
+    Gemma4,
+    /// Llama-4: the routing weight scales the experts' input.
+    WeightBefore,
 }
 
 pub fn all() -> Vec<Preset> {
@@ -34,6 +47,7 @@ pub fn all() -> Vec<Preset> {
                 norm_topk_prob: true,
             },
             glu: GluAct::SwiGlu,
+            inputs: Inputs::Plain,
         },
         Preset {
             name: "mixtral-8x7b",
@@ -44,6 +58,7 @@ pub fn all() -> Vec<Preset> {
             shared: (0, false),
             router: RouterKind::TopKSoftmax,
             glu: GluAct::SwiGlu,
+            inputs: Inputs::Plain,
         },
         Preset {
             name: "deepseek-v2-lite",
@@ -64,6 +79,7 @@ pub fn all() -> Vec<Preset> {
                 routed_scaling_factor: 1.0,
             },
             glu: GluAct::SwiGlu,
+            inputs: Inputs::Plain,
         },
         Preset {
             name: "gpt-oss-20b",
@@ -74,6 +90,7 @@ pub fn all() -> Vec<Preset> {
             shared: (0, false),
             router: RouterKind::TopKSoftmax,
             glu: GluAct::GPT_OSS,
+            inputs: Inputs::Plain,
         },
         Preset {
             name: "qwen3-next-80b",
@@ -87,8 +104,81 @@ pub fn all() -> Vec<Preset> {
                 norm_topk_prob: true,
             },
             glu: GluAct::SwiGlu,
+            inputs: Inputs::Plain,
+        },
+        Preset {
+            // Gemma 4 26B-A4B (config.json as published: hidden_size 2816,
+            // 128 experts, top_k_experts 8, moe_intermediate_size 704; the
+            // parallel dense MLP is not part of the MoE block).
+            name: "gemma4-26b-a4b",
+            n_experts: 128,
+            top_k: 8,
+            hidden: 2816,
+            intermediate: 704,
+            shared: (0, false),
+            router: RouterKind::Gemma4 {
+                per_expert_scale: vec![1.0; 128],
+            },
+            glu: GluAct::GeluTanh,
+            inputs: Inputs::Gemma4,
+        },
+        Preset {
+            // Llama-4-Scout-17B-16E: hidden 5120, 16 experts, top-1, expert
+            // and shared-expert intermediate 8192.
+            name: "llama4-scout",
+            n_experts: 16,
+            top_k: 1,
+            hidden: 5120,
+            intermediate: 8192,
+            shared: (8192, false),
+            router: sigmoid(false),
+            glu: GluAct::SwiGlu,
+            inputs: Inputs::WeightBefore,
+        },
+        Preset {
+            // ERNIE-4.5-21B-A3B: hidden 2560, 64 experts, moe_k 6,
+            // moe_intermediate_size 1536, 2 shared experts (3072 rows).
+            name: "ernie-4.5-21b-a3b",
+            n_experts: 64,
+            top_k: 6,
+            hidden: 2560,
+            intermediate: 1536,
+            shared: (3072, false),
+            router: RouterKind::SoftmaxTopK {
+                norm_topk_prob: true,
+            },
+            glu: GluAct::SwiGlu,
+            inputs: Inputs::Plain,
+        },
+        Preset {
+            // Hunyuan-A13B: hidden 4096, 64 experts, moe_topk 8,
+            // moe_intermediate_size 3072, one shared MLP of 3072.
+            name: "hunyuan-a13b",
+            n_experts: 64,
+            top_k: 8,
+            hidden: 4096,
+            intermediate: 3072,
+            shared: (3072, false),
+            router: RouterKind::SoftmaxTopK {
+                norm_topk_prob: false,
+            },
+            glu: GluAct::SwiGlu,
+            inputs: Inputs::Plain,
         },
     ]
+}
+
+/// Sigmoid scores, top-k, no groups, no bias, × 1.
+fn sigmoid(norm_topk_prob: bool) -> RouterKind {
+    RouterKind::Grouped {
+        scoring: Scoring::Sigmoid,
+        bias: None,
+        n_group: 1,
+        topk_group: 1,
+        dropped_groups: moekit::ops::route::GroupMask::NegInf,
+        norm_topk_prob,
+        routed_scaling_factor: 1.0,
+    }
 }
 
 pub fn find(name: &str) -> Option<Preset> {

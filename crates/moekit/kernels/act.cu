@@ -72,4 +72,28 @@ __global__ void routed_bias(const __grid_constant__ RoutedBiasParams p) {
   out[at] = from_f32<T>(to_f32(out[at]) + s);
 }
 
+struct WeightRowsParams {
+  const void* x;         // [T, H] of T
+  void* out;             // [T, H] of T
+  const float* weights;  // [T] (top-1 routing weights)
+  float* ones;           // [T], set to 1
+  u64 rows, n;
+};
+static_assert(sizeof(WeightRowsParams) == 48, "WeightRowsParams layout");
+
+// out[t, h] = x[t, h] · w[t] with w rounded to T and the product rounded to
+// T (mlx-lm's x * scores.astype(x.dtype)); ones[t] = 1 (the weights the
+// experts of a weight-before block combine with). Grid-stride.
+template <typename T>
+__global__ void weight_rows(const __grid_constant__ WeightRowsParams p) {
+  const T* x = static_cast<const T*>(p.x);
+  T* out = static_cast<T*>(p.out);
+  const u64 stride = (u64)gridDim.x * blockDim.x, total = p.rows * p.n;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const u64 t = i / p.n;
+    out[i] = from_f32<T>(to_f32(x[i]) * to_f32(from_f32<T>(p.weights[t])));
+    if (i % p.n == 0) p.ones[t] = 1.f;
+  }
+}
+
 }  // namespace moekit

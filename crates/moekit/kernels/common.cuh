@@ -66,7 +66,7 @@ __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); 
 
 // The experts' gated activation with its optional biases (src/ops/ffn.rs,
 // GluAct and ExpertBiases; the Rust mirror is cuda::ops::GluParams).
-enum GluKind : u32 { GLU_SWIGLU = 0, GLU_SWIGLU_OAI = 1 };
+enum GluKind : u32 { GLU_SWIGLU = 0, GLU_SWIGLU_OAI = 1, GLU_GELU_TANH = 2 };
 struct GluParams {
   const float* gate_bias;  // [E, N] f32, or null
   const float* up_bias;    // [E, N] f32, or null
@@ -91,7 +91,8 @@ __device__ __forceinline__ GluCol glu_col(const GluParams& a, u64 at) {
 }
 
 // act(g + col.gate, u + col.up). GLU_SWIGLU_OAI (gpt-oss): min(g, limit),
-// clamp(u, ±limit), (u + 1)·g·σ(α g).
+// clamp(u, ±limit), (u + 1)·g·σ(α g). GLU_GELU_TANH (Gemma-4): ½ g (1 +
+// tanh(√(2/π) (g + 0.044715 g³)))·u.
 __device__ __forceinline__ float glu_at(const GluParams& a, const GluCol& col, float g, float u) {
   g += col.gate;
   u += col.up;
@@ -100,6 +101,7 @@ __device__ __forceinline__ float glu_at(const GluParams& a, const GluCol& col, f
     u = fminf(fmaxf(u, -a.limit), a.limit);
     return (u + 1.f) * (g / (1.f + __expf(-a.alpha * g)));
   }
+  if (a.kind == GLU_GELU_TANH) return 0.5f * g * (1.f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * u;
   return silu(g) * u;
 }
 

@@ -215,7 +215,8 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32) decode_route(const __grid_co
   const bool active = r < E || gate_row;
   const QRow row = row_of<FR>(gate_row ? p.sgate : p.router, 0, active && !gate_row ? r : 0);
   const u32 nch = (H + FR::CHUNK - 1) / FR::CHUNK;
-  const T* x = static_cast<const T*>(p.x);
+  // The shared-expert gate reads x; the router its own input where it has one.
+  const T* x = static_cast<const T*>(p.router_x != nullptr && !gate_row ? p.router_x : p.x);
   // Whole chunks only, every x row 16-byte aligned: the branch-free loop.
   const bool aligned = row.k == H && H % FR::CHUNK == 0 && (H * sizeof(T)) % 16 == 0 &&
                        (reinterpret_cast<u64>(x) & 15) == 0;
@@ -288,13 +289,15 @@ template <typename T, typename Y>
 __device__ __forceinline__ T combine_token(const DecodeParams& p, u32 t, u32 h, const Y& y) {
   const u32 k = p.top_k;
   float acc = 0.f;
-  for (u32 j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(p.weights[(u64)t * k + j], y(t * k + j)));
+  // A weight-before block's experts saw the weight already: they combine with 1.
+  auto wt = [&](u32 j) { return p.weight_in ? 1.f : p.weights[(u64)t * k + j]; };
+  for (u32 j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(wt(j), y(t * k + j)));
   float o = to_f32(from_f32<T>(acc));
   if (p.down_bias != nullptr) {
     float b = 0.f;
     for (u32 j = 0; j < k; ++j) {
       const u32 e = p.ids[(u64)t * k + j];
-      if (e < p.n_experts) b = fmaf(p.weights[(u64)t * k + j], p.down_bias[(u64)e * p.hidden + h], b);
+      if (e < p.n_experts) b = fmaf(wt(j), p.down_bias[(u64)e * p.hidden + h], b);
     }
     o = to_f32(from_f32<T>(o + b));
   }
@@ -520,9 +523,18 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
     auto emit = [&](u32 mt, u32 n, u32 i, u32 l, const float (&v)[2]) {
       const u32 row = row_base + mt * MMA_TILE + frag_row(i, l), t = frag_tok(n, i, l);
       // The general path's fused SwiGLU stores its output in T.
-      if (row < n_rows && t < cnt)
+      if (row < n_rows && t < cnt) {
+        float g = v[0], u = v[1];
+        // Weight before the FFN: (w·x)·W = w·(x·W), w rounded to T as the
+        // general path's weighted input is.
+        if (p.weight_in && !shared) {
+          const float w = to_f32(from_f32<T>(p.weights[slot(t)]));
+          g *= w;
+          u *= w;
+        }
         act[(u64)slot(t) * p.act_stride + row] =
-            from_f32<T>(plain ? silu(v[0]) * v[1] : glu(p.glu, v[0], v[1], (u64)e * n_rows + row));
+            from_f32<T>(plain ? silu(g) * u : glu(p.glu, g, u, (u64)e * n_rows + row));
+      }
     };
     const u32 g = lane >> 2;
     if (cnt <= 8) {

@@ -66,8 +66,11 @@ struct DecodeParams {
   GluParams glu;              // the routed experts' activation and gate/up biases [E, I]
   const float* router_bias;   // [E] added to the logits, or null
   const float* down_bias;     // [E, H] added to each slot's down output, or null
+  const void* router_x;       // [T, H] of T the router reads (Gemma-4's router norm), or null: x
+  u32 weight_in;              // 1: the routing weight scales the experts' input (Llama-4, k = 1)
+  u32 pad_wi;
 };
-static_assert(sizeof(DecodeParams) == 576, "DecodeParams layout");
+static_assert(sizeof(DecodeParams) == 592, "DecodeParams layout");
 
 // ---------------------------------------------------------------------------
 // Timeline stamps (a diagnostic build: NVRTC option -DMOEKIT_TRACE, set by

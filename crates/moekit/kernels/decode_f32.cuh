@@ -195,9 +195,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
     // The group's x rows as f32 (while the first group's tiles fly).
     for (u32 i = 0; i < cnt; ++i) {
       const u32 t = shared ? i0 + i : p.slots[first + i0 + i] / k;
+      // Weight before the FFN: w ⊙ x rounded to T, as the general path's.
+      const bool scale = p.weight_in && !shared;
+      const float w = scale ? to_f32(from_f32<T>(p.weights[p.slots[first + i0 + i]])) : 1.f;
 #pragma unroll 4
-      for (u32 j = threadIdx.x; j < Hp; j += blockDim.x)
-        xs[i * Hp + swizzled<F::CHUNK>(j)] = j < H ? to_f32(x[(u64)t * H + j]) : 0.f;
+      for (u32 j = threadIdx.x; j < Hp; j += blockDim.x) {
+        float v = j < H ? to_f32(x[(u64)t * H + j]) : 0.f;
+        if (scale) v = to_f32(from_f32<T>(v * w));
+        xs[i * Hp + swizzled<F::CHUNK>(j)] = v;
+      }
     }
     if constexpr (F::HAS_B) {
       // Σ x per SUB values (in index order), for the formats' offsets.

@@ -1,7 +1,9 @@
 //! The MoE block: route → sort → permute → grouped gate/up + SwiGLU →
 //! grouped down → weighted combine, plus an optional shared expert. The
 //! routed experts' activation and any router / projection biases (gpt-oss)
-//! come from [`MoeBlockParts::ffn`] ([`crate::ops::ffn`]).
+//! come from [`MoeBlockParts::ffn`] ([`crate::ops::ffn`]), and so do the
+//! router's and the experts' inputs where they are not `x` itself
+//! (Gemma-4's norms, Llama-4's weight before the FFN: [`crate::ops::input`]).
 //!
 //! ```text
 //! x [T,H] ─ router qmm ─ logits [T,E] ─ route ─ ids,weights [T,k]
@@ -15,6 +17,7 @@ use crate::error::{ensure, Result};
 use crate::format::QuantWeights;
 use crate::ops::act::{gather_glu_on, gather_swiglu_on, GateUp};
 use crate::ops::ffn::{add_down_bias_on, add_router_bias_on, ExpertFfn};
+use crate::ops::input::weight_input_on;
 use crate::ops::gather_mm::{gather_mm_on, qmm_on, RowExperts};
 pub use crate::ops::parts::{MoeBlockParts, SharedExpert};
 use crate::ops::permute::{permute_on, unpermute_on};
@@ -79,6 +82,7 @@ impl MoeBlock {
             p.router.top_k,
         )?;
         p.ffn.check(e, h, i, p.down.device())?;
+        p.ffn.input.check(h, p.router.top_k, p.down.device())?;
         if let Some(s) = &p.shared {
             let si = s.gate_up.intermediate();
             ensure(
@@ -211,15 +215,22 @@ impl MoeBlock {
         // The router's logits with f32 activations on the CPU: which experts
         // a token takes is a discrete choice that quantized activations
         // could flip near a tie; the router is a small part of the work.
+        let input = &p.ffn.input;
+        let (xr, xe) = input.inputs_on(backend, x)?;
         let logits = crate::cpu::with_act_mode(crate::cpu::ActMode::F32, || {
-            qmm_on(backend, x, &p.router_weight)
+            qmm_on(backend, &xr, &p.router_weight)
         })?;
         let logits = match &p.ffn.bias.router {
             Some(b) => add_router_bias_on(backend, &logits, b)?,
             None => logits,
         };
         let routing = route_on(backend, &logits, &p.router)?;
-        let mut out = general_experts(backend, &p.gate_up, &p.down, &p.ffn, x, &routing)?;
+        let mut out = if input.weight_before {
+            let (xw, rw) = weight_input_on(backend, &xe, &routing)?;
+            general_experts(backend, &p.gate_up, &p.down, &p.ffn, &xw, &rw)?
+        } else {
+            general_experts(backend, &p.gate_up, &p.down, &p.ffn, &xe, &routing)?
+        };
         if let (Some(s), Backend::Cuda) = (&p.shared, backend) {
             let sa = gather_swiglu_on(backend, x, &s.gate_up, RowExperts::Single)?;
             let sy = qmm_on(backend, &sa, &s.down)?;

@@ -30,7 +30,7 @@ const NMSE_BOUND: f64 = 1e-8;
 /// formats with integer kernels): NMSE ≤ 1e-4.
 const NMSE_Q8: f64 = 1e-4;
 
-const CASES: [&str; 29] = [
+const CASES: [&str; 37] = [
     "qwen3_moe_mlx_q4",
     "qwen3_moe_hf_sharded",
     "qwen2_moe_mlx_q4",
@@ -60,6 +60,14 @@ const CASES: [&str; 29] = [
     "gpt_oss_hf_mxfp4",
     "bailing_moe_mlx_q4",
     "bailing_moe_hf",
+    "gemma4_text_mlx_q4",
+    "gemma4_hf_fused",
+    "llama4_mlx_q4",
+    "llama4_hf_transposed",
+    "ernie4_5_moe_mlx_q4",
+    "ernie4_5_moe_hf_bias",
+    "hunyuan_mlx_q4",
+    "hunyuan_hf",
 ];
 
 fn case_dir(name: &str) -> PathBuf {

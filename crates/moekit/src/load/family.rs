@@ -31,7 +31,7 @@ pub struct Family {
 }
 
 /// Every family the loaders support.
-pub const FAMILIES: [Family; 15] = [
+pub const FAMILIES: [Family; 19] = [
     Family {
         name: "Qwen3-MoE",
         gguf_archs: &["qwen3moe"],
@@ -125,6 +125,30 @@ pub const FAMILIES: [Family; 15] = [
         gguf_archs: &["bailingmoe2"],
         model_types: &["bailing_moe"],
         presets: &[],
+    },
+    Family {
+        name: "Gemma-4",
+        gguf_archs: &["gemma4"],
+        model_types: &["gemma4", "gemma4_text"],
+        presets: &["gemma4-26b-a4b"],
+    },
+    Family {
+        name: "Llama-4",
+        gguf_archs: &["llama4"],
+        model_types: &["llama4"],
+        presets: &["llama4-scout"],
+    },
+    Family {
+        name: "ERNIE-4.5-MoE",
+        gguf_archs: &["ernie4_5-moe"],
+        model_types: &["ernie4_5_moe"],
+        presets: &["ernie-4.5-21b-a3b"],
+    },
+    Family {
+        name: "Hunyuan-MoE",
+        gguf_archs: &["hunyuan-moe"],
+        model_types: &["hunyuan"],
+        presets: &["hunyuan-a13b"],
     },
 ];
 

@@ -16,6 +16,7 @@
 use crate::device::Backend;
 use crate::error::{ensure, Result};
 use crate::ops::act::silu;
+pub use crate::ops::input::{ExpertInput, InputNorm};
 use crate::ops::route::Routing;
 use crate::tensor::Tensor;
 use crate::{DType, Device};
@@ -34,6 +35,10 @@ pub enum GluAct {
         /// the clamp.
         limit: f32,
     },
+    /// Gemma-4's GeGLU: `gelu_tanh(g) · u` with `gelu_tanh(g) = ½ g (1 +
+    /// tanh(√(2/π) (g + 0.044715 g³)))` (mlx `nn.gelu_approx`, llama.cpp
+    /// `ggml_geglu`).
+    GeluTanh,
 }
 
 impl GluAct {
@@ -54,6 +59,10 @@ impl GluAct {
                 let u = u.max(-limit).min(limit);
                 (u + 1.0) * (g / (1.0 + (-alpha * g).exp()))
             }
+            GluAct::GeluTanh => {
+                const C: f32 = 0.797_884_6; // √(2/π)
+                0.5 * g * (1.0 + (C * (g + 0.044715 * g * g * g)).tanh()) * u
+            }
         }
     }
 
@@ -67,6 +76,10 @@ impl GluAct {
                 let u = u.max(-l).min(l);
                 (u + 1.0) * (g / (1.0 + (-a * g).exp()))
             }
+            GluAct::GeluTanh => {
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * g * (1.0 + (c * (g + 0.044715 * g * g * g)).tanh()) * u
+            }
         }
     }
 
@@ -75,6 +88,7 @@ impl GluAct {
         match self {
             GluAct::SwiGlu => (0, 0.0, 0.0),
             GluAct::SwiGluOai { alpha, limit } => (1, alpha, limit),
+            GluAct::GeluTanh => (2, 0.0, 0.0),
         }
     }
 
@@ -112,6 +126,8 @@ pub struct ExpertFfn {
     pub act: GluAct,
     /// The biases.
     pub bias: ExpertBiases,
+    /// What the router and the experts read ([`ExpertInput::default`]: `x`).
+    pub input: ExpertInput,
 }
 
 impl Default for ExpertFfn {
@@ -119,6 +135,7 @@ impl Default for ExpertFfn {
         ExpertFfn {
             act: GluAct::SwiGlu,
             bias: ExpertBiases::default(),
+            input: ExpertInput::default(),
         }
     }
 }
@@ -179,6 +196,7 @@ impl ExpertFfn {
                 up: mv(&b.up)?,
                 down: mv(&b.down)?,
             },
+            input: self.input.to_device(device)?,
         })
     }
 }
@@ -327,6 +345,7 @@ mod tests {
                 limit: -1.0,
             },
             bias: ExpertBiases::default(),
+            input: ExpertInput::default(),
         };
         let err = bad.check(4, 8, 6, Device::Cpu).unwrap_err().to_string();
         assert!(err.contains("limit"), "{err}");

@@ -10,6 +10,7 @@
 pub mod act;
 pub mod ffn;
 pub mod gather_mm;
+pub mod input;
 pub mod norm;
 pub(crate) mod parts;
 pub mod permute;

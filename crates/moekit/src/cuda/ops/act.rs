@@ -60,13 +60,27 @@ const _: () = assert!(std::mem::size_of::<RoutedBiasParams>() == 64);
 // SAFETY: plain-old-data mirrored by the kernel's RoutedBiasParams.
 unsafe impl cudarc::driver::DeviceRepr for RoutedBiasParams {}
 
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct WeightRowsParams {
+    x: u64,
+    out: u64,
+    weights: u64,
+    ones: u64,
+    rows: u64,
+    n: u64,
+}
+const _: () = assert!(std::mem::size_of::<WeightRowsParams>() == 48);
+// SAFETY: plain-old-data mirrored by the kernel's WeightRowsParams.
+unsafe impl cudarc::driver::DeviceRepr for WeightRowsParams {}
+
 /// Instances for the compile check: each kernel per activation dtype.
 pub fn instances() -> Vec<(&'static Source, String)> {
     FLOAT_DTYPES
         .iter()
         .filter_map(|&d| ctype("swiglu", d).ok())
         .flat_map(|t| {
-            ["swiglu", "row_bias", "routed_bias"].map(|k| (&SRC, format!("moekit::{k}<{t}>")))
+            ["swiglu", "row_bias", "routed_bias", "weight_rows"].map(|k| (&SRC, format!("moekit::{k}<{t}>")))
         })
         .collect()
 }
@@ -180,6 +194,51 @@ pub fn routed_bias_add(out: &Tensor, ids: &Tensor, weights: &Tensor, bias: &Tens
     // SAFETY: out [T, H] of T, ids/weights [T, k], bias [E, H] on one device
     // (checked); the kernel bounds t < T, h < H, and skips ids ≥ E.
     unsafe { launch(&dev, &SRC, &format!("moekit::routed_bias<{t}>"), geo, p, OP) }
+}
+
+/// `out[t] = x[t] · weights[t]` (the weight rounded to x's dtype, the
+/// product too) and `ones[t] = 1`: the experts' input and weights of a
+/// weight-before block ([`crate::ops::input::weight_input_on`]). `x`, `out`
+/// `[T, H]` float of one dtype, `weights` and `ones` f32 `[T, 1]`, all on
+/// one device.
+pub fn weight_rows_into(x: &Tensor, weights: &Tensor, out: &Tensor, ones: &Tensor) -> Result<()> {
+    const OP: &str = "weight_rows";
+    let xb = x.cuda_bytes()?;
+    let dev = xb.device().clone();
+    let t = ctype(OP, x.dtype())?;
+    ensure(x.rank() == 2, OP, "x", "rank 2", format!("{:?}", x.shape()))?;
+    let (rows, n) = (x.shape()[0], x.shape()[1]);
+    check_f32(OP, "weights", weights, &[rows, 1], x.device())?;
+    check_f32(OP, "ones", ones, &[rows, 1], x.device())?;
+    check_out(OP, out, x.dtype(), x.shape())?;
+    ensure(
+        out.device() == x.device(),
+        OP,
+        "out",
+        format!("on {}", x.device()),
+        out.device(),
+    )?;
+    let total = rows * n;
+    ensure(n > 0 || rows == 0, OP, "x", "H > 0", n)?;
+    if total == 0 {
+        return Ok(());
+    }
+    let p = WeightRowsParams {
+        x: xb.ptr(),
+        out: out.cuda_bytes()?.ptr(),
+        weights: weights.cuda_bytes()?.ptr(),
+        ones: ones.cuda_bytes()?.ptr(),
+        rows: rows as u64,
+        n: n as u64,
+    };
+    let geo = Geometry {
+        grid: (total.div_ceil(THREADS).min(MAX_BLOCKS) as u32, 1, 1),
+        block: (THREADS as u32, 1, 1),
+        shared: 0,
+    };
+    // SAFETY: x and out hold rows·n elements of T, weights and ones rows f32,
+    // on one device (checked); the kernel touches indices < rows·n and < rows.
+    unsafe { launch(&dev, &SRC, &format!("moekit::weight_rows<{t}>"), geo, p, OP) }
 }
 
 /// `silu(gate) · up` elementwise on the device of `gate`.

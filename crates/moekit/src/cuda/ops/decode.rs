@@ -195,8 +195,11 @@ struct DecodeParams {
     glu: super::GluParams,
     router_bias: u64,
     down_bias: u64,
+    router_x: u64,
+    weight_in: u32,
+    pad_wi: u32,
 }
-const _: () = assert!(std::mem::size_of::<DecodeParams>() == 576);
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 592);
 
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
@@ -423,6 +426,13 @@ fn plan_for(p: &MoeBlockParts, x: &Tensor) -> std::result::Result<Plan, String> 
             return Err("the shared-expert gate differs in format from the router".into());
         }
     }
+    if p.ffn.input.expert_norm.is_some() && p.shared.is_some() {
+        return Err(
+            "its experts read a normed input and it has a shared expert; the decode path gives \
+             every expert one input"
+                .into(),
+        );
+    }
     plan(p, t, x.dtype())
 }
 
@@ -514,9 +524,20 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
             why,
         )
     })?;
+    let (t, h) = (x.shape()[0], x.shape()[1]);
+    ensure(
+        h == p.hidden(),
+        OP,
+        "x",
+        format!("[T, {}]", p.hidden()),
+        format!("{:?}", x.shape()),
+    )?;
+    // The router's and the experts' inputs (Gemma-4's norms); the weight
+    // before the FFN (Llama-4) is applied in the gate/up epilogue.
+    let (xr, xe) = p.ffn.input.inputs_on(crate::device::Backend::Cuda, x)?;
+    let x: &Tensor = &xe;
     let xb = x.cuda_bytes()?;
     let dev = xb.device().clone();
-    let (t, h) = (x.shape()[0], x.shape()[1]);
     let (e, k) = (p.router.n_experts, p.router.top_k);
     ensure(
         h == p.hidden(),
@@ -655,6 +676,7 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         // one wave (2 an SM), each paying the routing once (H100: qwen3
         // T = 1 40.9 → 38.9 µs; Mixtral's 2 688 blocks 124 → 135 µs).
         fold_route: (mma
+            && !p.ffn.input.weight_before
             && folds(t, e, k, plan.route_warps)
             && i.max(si).div_ceil(mma_rows(h)) * (max_active + 1) <= 2 * dev.sm_count() as usize)
             as u32,
@@ -664,6 +686,12 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         glu: super::GluParams::of(&p.ffn)?,
         router_bias: super::opt_ptr(&p.ffn.bias.router)?,
         down_bias: super::opt_ptr(&p.ffn.bias.down)?,
+        router_x: match &xr {
+            std::borrow::Cow::Owned(r) => r.cuda_bytes()?.ptr(),
+            std::borrow::Cow::Borrowed(_) => 0,
+        },
+        weight_in: p.ffn.input.weight_before as u32,
+        pad_wi: 0,
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;

@@ -19,6 +19,7 @@ use crate::ops::ffn::ExpertFfn;
 use crate::ops::gather_mm::qmm_on;
 use crate::ops::parts::MoeBlockParts;
 use crate::ops::permute::unpermute_on;
+use crate::ops::input::weight_input_on;
 use crate::ops::route::{route_on, Routing};
 use crate::ops::sort::expert_sort_on;
 use crate::tensor::Tensor;
@@ -181,12 +182,19 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         ));
     }
     let (t, h) = (x.shape()[0], x.shape()[1]);
-    let logits = router_logits(&p.router_weight, x)?;
+    let input = &p.ffn.input;
+    let (xr, xe) = input.inputs_on(Backend::Cuda, x)?;
+    let logits = router_logits(&p.router_weight, &xr)?;
     if let Some(b) = &p.ffn.bias.router {
         super::act::row_bias_add(&logits, b)?;
     }
     let routing = route_on(Backend::Cuda, &logits, &p.router)?;
-    let out = run_experts(&p.gate_up, &p.down, &p.ffn, x, &routing, out)?;
+    let out = if input.weight_before {
+        let (xw, rw) = weight_input_on(Backend::Cuda, &xe, &routing)?;
+        run_experts(&p.gate_up, &p.down, &p.ffn, &xw, &rw, out)?
+    } else {
+        run_experts(&p.gate_up, &p.down, &p.ffn, &xe, &routing, out)?
+    };
     if let Some(s) = &p.shared {
         let sa = Tensor::uninit_on(x.dtype(), &[t, s.gate_up.intermediate()], x.device())?;
         tc_gemm::swiglu_into(x, &s.gate_up, TcRows::Single, &sa)?;

@@ -55,7 +55,7 @@
 use super::block::{layout, need, weights};
 use super::file::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
-use crate::ops::ffn::{ExpertBiases, ExpertFfn, GluAct};
+use crate::ops::ffn::{ExpertBiases, ExpertFfn, ExpertInput, GluAct, InputNorm};
 use crate::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
 
 /// Whether this module has a rule for `arch` (for the family table's test).
@@ -80,6 +80,8 @@ enum Style {
     TopKSoftmax,
     SoftmaxTopK,
     Grouped,
+    /// Gemma-4's rule with `ffn_down_exps.scale` as the per-expert scale.
+    Gemma4,
 }
 
 /// Whether and how a selection bias `blk.N.exp_probs_b.bias` is read.
@@ -118,6 +120,21 @@ pub(crate) struct ArchRule {
     /// Whether the router and expert projections carry `.bias` tensors
     /// (llama.cpp's biased `build_moe_ffn` overload: gpt-oss).
     linear_bias: bool,
+    /// What the router and the experts read.
+    input: InputRule,
+}
+
+/// The router's and the experts' inputs (see `ops::input`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputRule {
+    /// Both read the layer's normed input.
+    Plain,
+    /// gemma4.cpp: the router reads `rms_norm(x) · n_embd^-½ ·
+    /// ffn_gate_inp.scale`, the experts `pre_ffw_norm_2(x)`; each chosen
+    /// expert's output × `ffn_down_exps.scale[e]`.
+    Gemma4,
+    /// `weight_before_ffn` (llama4.cpp): the weight scales the input.
+    WeightBefore,
 }
 
 impl ArchRule {
@@ -134,6 +151,15 @@ impl ArchRule {
         self.linear_bias
     }
 
+    /// The `.scale` tensors the architecture reads (`ffn_gate_inp.scale`,
+    /// `ffn_down_exps.scale`: gemma4).
+    pub(crate) fn scale_tensors(&self) -> &'static [&'static str] {
+        match self.input {
+            InputRule::Gemma4 => &["ffn_gate_inp", "ffn_down_exps"],
+            _ => &[],
+        }
+    }
+
     /// How llama.cpp builds `arch`'s MoE layer (the module docs' table).
     fn rule(arch: &str) -> Option<ArchRule> {
         use Param::{Fixed, Key};
@@ -146,8 +172,33 @@ impl ArchRule {
             shared,
             glu: GluAct::SwiGlu,
             linear_bias: false,
+            input: InputRule::Plain,
         };
         Some(match arch {
+            // hunyuan-moe.cpp: softmax, norm_w, no scale, an ungated shared expert.
+            "hunyuan-moe" => softmax(true, Style::SoftmaxTopK, SharedRule::Plain),
+            // ernie4-5-moe.cpp: softmax, norm_w, optional exp_probs_b (the
+            // selection only), a plain shared expert iff n_ff_shexp > 0.
+            "ernie4_5-moe" => ArchRule {
+                style: Style::Grouped,
+                bias: Need::Optional,
+                ..softmax(true, Style::Grouped, SharedRule::PlainIfLength)
+            },
+            // llama4.cpp: sigmoid of the chosen logit (top-k on the logits),
+            // no norm, weight_before_ffn, an ungated shared expert.
+            "llama4" => ArchRule {
+                gating: Fixed(Scoring::Sigmoid),
+                input: InputRule::WeightBefore,
+                ..softmax(false, Style::Grouped, SharedRule::Plain)
+            },
+            // gemma4.cpp: softmax → top-k → renormalise, × ffn_down_exps.scale,
+            // GEGLU (tanh GELU); the router's and the experts' own norms.
+            "gemma4" => ArchRule {
+                glu: GluAct::GeluTanh,
+                style: Style::Gemma4,
+                input: InputRule::Gemma4,
+                ..softmax(true, Style::Gemma4, SharedRule::None)
+            },
             "llama" | "mixtral" => softmax(true, Style::TopKSoftmax, SharedRule::None),
             // granite.cpp (GRANITE_MOE): softmax, norm; Granite-MoE-Shared's
             // plain shared expert iff n_ff_shexp > 0.
@@ -173,6 +224,7 @@ impl ArchRule {
                 shared: SharedRule::Plain,
                 glu: GluAct::SwiGlu,
                 linear_bias: false,
+                input: InputRule::Plain,
             },
             // minimax-m2.cpp: gating from the key (no default), norm, no
             // scale, exp_probs_b required, no shared expert.
@@ -185,6 +237,7 @@ impl ArchRule {
                 shared: SharedRule::None,
                 glu: GluAct::SwiGlu,
                 linear_bias: false,
+                input: InputRule::Plain,
             },
             // dots1.cpp and bailingmoe2.cpp (Ling 2.0): gating from the key
             // (no default), norm and scale from keys, optional exp_probs_b,
@@ -198,6 +251,7 @@ impl ArchRule {
                 shared: SharedRule::Plain,
                 glu: GluAct::SwiGlu,
                 linear_bias: false,
+                input: InputRule::Plain,
             },
             "glm4moe" => ArchRule {
                 gating: Key(Scoring::Sigmoid),
@@ -208,6 +262,7 @@ impl ArchRule {
                 shared: SharedRule::PlainIfCount,
                 glu: GluAct::SwiGlu,
                 linear_bias: false,
+                input: InputRule::Plain,
             },
             _ => return None,
         })
@@ -365,6 +420,16 @@ pub(crate) fn router_kind(
         fam.style
     };
     Ok(match style {
+        Style::Gemma4 => {
+            let (e, _, _, _) = layout(file, layer)?;
+            let name = format!("blk.{layer}.ffn_down_exps.scale");
+            RouterKind::Gemma4 {
+                per_expert_scale: match file.tensor(&name) {
+                    Some(t) => vector(file, t, e)?,
+                    None => vec![1.0; e],
+                },
+            }
+        }
         Style::TopKSoftmax if norm => RouterKind::TopKSoftmax,
         Style::TopKSoftmax | Style::SoftmaxTopK => RouterKind::SoftmaxTopK {
             norm_topk_prob: norm,
@@ -508,10 +573,16 @@ pub(crate) fn describe_shared(
 /// Block `layer`'s experts' activation and biases: `blk.N.ffn_gate_inp.bias`
 /// `[E]` and `ffn_{gate,up,down}_exps.bias` (`[E, I]`, `[E, I]`, `[E, H]`)
 /// where the architecture has them (any float GGML type, read as f32).
-pub(crate) fn expert_ffn(file: &GgufFile, fam: &ArchRule, layer: usize) -> Result<ExpertFfn> {
+pub(crate) fn expert_ffn(
+    file: &GgufFile,
+    arch: &str,
+    fam: &ArchRule,
+    layer: usize,
+) -> Result<ExpertFfn> {
     let mut ffn = ExpertFfn {
         act: fam.glu,
         bias: ExpertBiases::default(),
+        input: expert_input(file, arch, fam, layer)?,
     };
     if !fam.linear_bias {
         return Ok(ffn);
@@ -532,6 +603,46 @@ pub(crate) fn expert_ffn(file: &GgufFile, fam: &ArchRule, layer: usize) -> Resul
     Ok(ffn)
 }
 
+/// A float vector tensor of `n` values as f32.
+fn vector(file: &GgufFile, t: &TensorInfo, n: usize) -> Result<Vec<f32>> {
+    weights(file, t, 1, 1, n)?.dequantize_expert(0)
+}
+
+/// Block `layer`'s inputs of the router and the experts (see `InputRule`).
+fn expert_input(file: &GgufFile, arch: &str, fam: &ArchRule, layer: usize) -> Result<ExpertInput> {
+    Ok(match fam.input {
+        InputRule::Plain => ExpertInput::default(),
+        InputRule::WeightBefore => ExpertInput {
+            weight_before: true,
+            ..Default::default()
+        },
+        InputRule::Gemma4 => {
+            let (_, h, _, _) = layout(file, layer)?;
+            let key = format!("{arch}.attention.layer_norm_rms_epsilon");
+            let eps = key_f64(file, &key)?.unwrap_or(1e-6) as f32;
+            if !(eps.is_finite() && eps >= 0.0) {
+                return Err(bad(file, format!("`{key}` = {eps}: want a finite number ≥ 0")));
+            }
+            let norm = |stem: &str, scale: f32| -> Result<InputNorm> {
+                let name = format!("blk.{layer}.{stem}");
+                let v: Vec<f32> = vector(file, need(file, &name, layer)?, h)?
+                    .into_iter()
+                    .map(|w| w * scale)
+                    .collect();
+                Ok(InputNorm {
+                    weight: crate::Tensor::from_f32(&v, &[h], crate::DType::F32)?,
+                    eps,
+                })
+            };
+            ExpertInput {
+                router_norm: Some(norm("ffn_gate_inp.scale", 1.0 / (h as f32).sqrt())?),
+                expert_norm: Some(norm("pre_ffw_norm_2.weight", 1.0)?),
+                weight_before: false,
+            }
+        }
+    })
+}
+
 /// The router configuration of block `layer`.
 pub(crate) fn router_config(
     file: &GgufFile,
@@ -546,7 +657,7 @@ pub(crate) fn router_config(
         Need::No => None,
         Need::Optional | Need::Required => {
             match file.tensor(&format!("blk.{layer}.exp_probs_b.bias")) {
-                Some(t) => Some(weights(file, t, 1, 1, e)?.dequantize_expert(0)?),
+                Some(t) => Some(vector(file, t, e)?),
                 None if fam.bias == Need::Required => {
                     return Err(bad(
                         file,

@@ -204,7 +204,9 @@ fn check_extras(file: &GgufFile, fam: &ArchRule, layer: usize) -> Result<()> {
         };
         let extra = STEMS.iter().any(|stem| {
             rest.strip_prefix(stem).is_some_and(|tail| {
-                let known = tail == ".weight" || (fam.linear_bias() && tail == ".bias");
+                let known = tail == ".weight"
+                    || (fam.linear_bias() && tail == ".bias")
+                    || (tail == ".scale" && fam.scale_tensors().contains(stem));
                 (tail.starts_with('.') && !known) || tail.starts_with("_s.")
             })
         });
@@ -373,7 +375,7 @@ pub(crate) fn build_block(
         gate_up,
         down,
         shared,
-        ffn: super::arch::expert_ffn(file, fam, layer)?,
+        ffn: super::arch::expert_ffn(file, arch, fam, layer)?,
     })
     .map_err(gate_up_err)
 }

@@ -14,13 +14,14 @@ use super::quant::QuantConfig;
 use crate::error::{Error, Result};
 use crate::ops::ffn::GluAct;
 use crate::ops::route::{RouterConfig, RouterKind, Scoring, MAX_EXPERTS, MAX_TOP_K};
-use serde_json::{Map, Value};
+pub(crate) use super::fields::*;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// Upper bound on hidden / intermediate sizes and on the layer count: far
 /// above any real model, low enough that products of them cannot overflow.
-const MAX_DIM: usize = 1 << 20;
-const MAX_LAYERS: usize = 1 << 16;
+pub(crate) const MAX_DIM: usize = 1 << 20;
+pub(crate) const MAX_LAYERS: usize = 1 << 16;
 
 /// The shared (always-on) expert of a family.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +52,9 @@ pub(crate) struct Names {
     /// Hugging Face experts stored fused: tensors gate+up `[E, 2I, H]`
     /// (gate rows first) and down `[E, H, I]`, unquantized.
     pub fused: Option<(&'static str, &'static str)>,
+    /// Hugging Face experts stored transposed: gate+up `[E, H, 2I]` (gate
+    /// columns first) and down `[E, I, H]`, unquantized (Llama-4).
+    pub transposed: Option<(&'static str, &'static str)>,
 }
 
 impl Names {
@@ -60,12 +64,17 @@ impl Names {
         bias: "gate.e_score_correction_bias",
         stacked: "switch_mlp",
         fused: None,
+        transposed: None,
     };
 
     /// Block `layer`'s MoE module path: under the first prefix of `layers`
     /// whose router (any of `router`) exists, else under the first prefix.
     pub fn moe_module(&self, layer: usize, block: &str, has: &dyn Fn(&str) -> bool) -> String {
-        let module = |prefix: &str| format!("{prefix}.{layer}.{block}");
+        // An empty block: the MoE modules sit in the decoder layer (Gemma-4).
+        let module = |prefix: &str| match block {
+            "" => format!("{prefix}.{layer}"),
+            b => format!("{prefix}.{layer}.{b}"),
+        };
         self.layers
             .iter()
             .map(|p| module(p))
@@ -134,225 +143,19 @@ pub(crate) struct ModelConfig {
     /// Whether the router and the experts' projections have biases
     /// (`{router}.bias`, `{stacked}.{gate,up,down}_proj.bias`: gpt-oss).
     pub linear_bias: bool,
-}
-
-/// Typed access to a JSON object, with errors naming config.json and the key.
-pub(crate) struct Fields<'a> {
-    pub path: &'a Path,
-    pub obj: &'a Map<String, Value>,
-}
-
-impl Fields<'_> {
-    pub fn bad(&self, key: &str, expected: &str, got: impl std::fmt::Display) -> Error {
-        Error::BadFile {
-            path: self.path.to_path_buf(),
-            msg: format!("key `{key}`: expected {expected}, got {got}"),
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<&Value> {
-        self.obj.get(key).filter(|v| !v.is_null())
-    }
-
-    /// An integer in `0..=max`, if present (null counts as absent).
-    pub fn usize_opt(&self, key: &str, max: usize) -> Result<Option<usize>> {
-        let Some(v) = self.get(key) else {
-            return Ok(None);
-        };
-        match v.as_u64() {
-            Some(n) if n as u128 <= max as u128 => Ok(Some(n as usize)),
-            _ => Err(self.bad(key, &format!("an integer in 0..={max}"), v)),
-        }
-    }
-
-    pub fn usize_req(&self, key: &str, max: usize) -> Result<usize> {
-        self.usize_opt(key, max)?.ok_or_else(|| self.missing(key))
-    }
-
-    pub fn usize_or(&self, key: &str, max: usize, default: usize) -> Result<usize> {
-        Ok(self.usize_opt(key, max)?.unwrap_or(default))
-    }
-
-    pub fn missing(&self, key: &str) -> Error {
-        Error::BadFile {
-            path: self.path.to_path_buf(),
-            msg: format!("missing key `{key}`"),
-        }
-    }
-
-    pub fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => v.as_bool().ok_or_else(|| self.bad(key, "true or false", v)),
-        }
-    }
-
-    fn f32_or(&self, key: &str, default: f32) -> Result<f32> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => match v.as_f64() {
-                Some(x) if x.is_finite() && x.abs() <= f32::MAX as f64 => Ok(x as f32),
-                _ => Err(self.bad(key, "a finite number", v)),
-            },
-        }
-    }
-
-    pub fn str_opt(&self, key: &str) -> Result<Option<&str>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_str()
-                .map(Some)
-                .ok_or_else(|| self.bad(key, "a string", v)),
-        }
-    }
-
-    fn layer_list(&self, key: &str) -> Result<Vec<usize>> {
-        match self.get(key) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_u64()
-                        .map(|n| n as usize)
-                        .ok_or_else(|| self.bad(key, "a list of layer indices", v))
-                })
-                .collect(),
-            Some(v) => Err(self.bad(key, "a list of layer indices", v)),
-        }
-    }
-}
-
-/// Which blocks are MoE.
-enum LayerRule {
-    /// Every block.
-    All,
-    /// Qwen: `l ∉ mlp_only_layers && (l + 1) % decoder_sparse_step == 0`.
-    Sparse { step: usize, mlp_only: Vec<usize> },
-    /// DeepSeek / GLM: `l ≥ first_k_dense_replace && l % moe_layer_freq == 0`.
-    FirstDense { first_dense: usize, freq: usize },
-}
-
-impl LayerRule {
-    fn is_moe(&self, l: usize) -> bool {
-        match self {
-            LayerRule::All => true,
-            LayerRule::Sparse { step, mlp_only } => {
-                !mlp_only.contains(&l) && (l + 1).is_multiple_of(*step)
-            }
-            LayerRule::FirstDense { first_dense, freq } => {
-                l >= *first_dense && l.is_multiple_of(*freq)
-            }
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            LayerRule::All => "every block is MoE".into(),
-            LayerRule::Sparse { step, mlp_only } => {
-                format!("MoE where (layer + 1) % decoder_sparse_step ({step}) == 0 and layer not in mlp_only_layers {mlp_only:?}")
-            }
-            LayerRule::FirstDense { first_dense, freq } => {
-                format!("MoE where layer >= first_k_dense_replace ({first_dense}) and layer % moe_layer_freq ({freq}) == 0")
-            }
-        }
-    }
-}
-
-fn qwen_rule(f: &Fields<'_>) -> Result<LayerRule> {
-    let step = f.usize_or("decoder_sparse_step", MAX_LAYERS, 1)?;
-    if step == 0 {
-        return Err(f.bad("decoder_sparse_step", "an integer >= 1", 0));
-    }
-    Ok(LayerRule::Sparse {
-        step,
-        mlp_only: f.layer_list("mlp_only_layers")?,
-    })
-}
-
-fn deepseek_rule(f: &Fields<'_>, with_freq: bool) -> Result<LayerRule> {
-    let first_dense = f.usize_or("first_k_dense_replace", MAX_LAYERS, 0)?;
-    let freq = if with_freq {
-        f.usize_or("moe_layer_freq", MAX_LAYERS, 1)?
-    } else {
-        1
-    };
-    if freq == 0 {
-        return Err(f.bad("moe_layer_freq", "an integer >= 1", 0));
-    }
-    Ok(LayerRule::FirstDense { first_dense, freq })
-}
-
-/// A plain (ungated) `shared_experts` module of `n` experts (config key
-/// `n_key`) of `per` intermediate rows each, fused as one of `n · per`.
-fn shared_experts(f: &Fields<'_>, n_key: &str, n: usize, per: usize) -> Result<SharedSpec> {
-    let s = per
-        .checked_mul(n)
-        .filter(|&s| s <= MAX_DIM)
-        .ok_or_else(|| {
-            f.bad(
-                n_key,
-                &format!("{n_key} · the shared expert's intermediate size {per} ≤ 2^20"),
-                n,
-            )
-        })?;
-    Ok(SharedSpec {
-        intermediate: s,
-        prefix: "shared_experts",
-        gated: false,
-    })
-}
-
-/// Grouped (DeepSeek-style) router settings.
-fn grouped(
-    f: &Fields<'_>,
-    scoring: Scoring,
-    group_limited: bool,
-    norm_default: bool,
-) -> Result<RouterKind> {
-    let (n_group, topk_group) = if group_limited {
-        (
-            f.usize_or("n_group", MAX_EXPERTS, 1)?,
-            f.usize_or("topk_group", MAX_EXPERTS, 1)?,
-        )
-    } else {
-        (1, 1)
-    };
-    Ok(RouterKind::Grouped {
-        scoring,
-        bias: None,
-        n_group,
-        topk_group,
-        // mlx-lm's masking (the oracle of this loader): see GroupMask.
-        dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
-        norm_topk_prob: f.bool_or("norm_topk_prob", norm_default)?,
-        routed_scaling_factor: f.f32_or("routed_scaling_factor", 1.0)?,
-    })
-}
-
-/// Checks an optional string key against the one value this loader supports.
-fn expect_str(f: &Fields<'_>, key: &str, allowed: &[&str], model_type: &str) -> Result<String> {
-    let v = f.str_opt(key)?.unwrap_or(allowed[0]);
-    if allowed.contains(&v) {
-        Ok(v.to_string())
-    } else {
-        Err(crate::error::unsupported(
-            "safetensors",
-            format!("{model_type}: {key} = {v:?} (supported: {allowed:?})"),
-        ))
-    }
-}
-
-/// Names the keys of an error about `text_config`'s fields as
-/// `text_config.KEY`.
-fn in_text_config(e: Error, path: &Path) -> Error {
-    match e {
-        Error::BadFile { path: p, msg } if p == path => Error::BadFile {
-            path: p,
-            msg: msg.replacen("key `", "key `text_config.", 1),
-        },
-        other => other,
-    }
+    /// Gemma-4: the router reads `rms_norm(x, router.scale · H^-½)`, its
+    /// weights × `router.per_expert_scale`, and the experts read
+    /// `pre_feedforward_layernorm_2(x)`; the norms' eps (`rms_norm_eps`).
+    pub gemma4_eps: Option<f32>,
+    /// Llama-4: the routing weight scales the experts' input.
+    pub weight_before: bool,
+    /// The selection bias is read where the tensor exists (ERNIE-4.5's
+    /// `moe_statics.e_score_correction_bias`, as transformers; mlx-lm's
+    /// sanitize drops it, so its conversions have none).
+    pub bias_if_present: bool,
+    /// Hunyuan: per block `(top_k, I, shared I)` from list-valued keys
+    /// (empty: the values above hold for every block).
+    pub per_layer: Vec<(usize, usize, usize)>,
 }
 
 impl ModelConfig {
@@ -390,11 +193,11 @@ impl ModelConfig {
         let quant = QuantConfig::parse(&f)?;
         // Multimodal wrappers: the language model's config under
         // `text_config` (mlx-lm's qwen3_5_moe also takes a flat config).
-        let text = match (mt, f.get("text_config")) {
-            ("qwen3_5_moe" | "kimi_k25", Some(Value::Object(tc))) => Some(tc),
+        let text = match (mt, f.obj.get("text_config").filter(|v| !v.is_null())) {
+            ("qwen3_5_moe" | "kimi_k25" | "gemma4" | "llama4", Some(Value::Object(tc))) => Some(tc),
             ("qwen3_5_moe", None) => None,
-            ("kimi_k25", None) => return Err(f.missing("text_config")),
-            ("qwen3_5_moe" | "kimi_k25", Some(v)) => {
+            ("kimi_k25" | "gemma4" | "llama4", None) => return Err(f.missing("text_config")),
+            ("qwen3_5_moe" | "kimi_k25" | "gemma4" | "llama4", Some(v)) => {
                 return Err(f.bad("text_config", "an object (the language model's config)", v))
             }
             _ => None,
@@ -420,6 +223,10 @@ impl ModelConfig {
         let mut names = Names::DEFAULT;
         let mut glu = GluAct::SwiGlu;
         let mut linear_bias = false;
+        let mut gemma4_eps = None;
+        let mut weight_before = false;
+        let mut bias_if_present = false;
+        let mut per_layer = Vec::new();
         let mut keys = SizeKeys {
             experts: "num_experts",
             intermediate: "moe_intermediate_size",
@@ -504,6 +311,207 @@ impl ModelConfig {
                 glu = GluAct::GPT_OSS;
                 linear_bias = true;
                 (e, k, i, RouterKind::TopKSoftmax, LayerRule::All)
+            }
+            "gemma4" | "gemma4_text" => {
+                // mlx-lm `gemma4_text` (DecoderLayer with enable_moe_block):
+                // Router = rms_norm(h, scale · H^-½) → proj → top-k logits →
+                // softmax over the k → × per_expert_scale; Experts =
+                // SwitchGLU(GeGLU: gelu_approx(gate) · up) on
+                // pre_feedforward_layernorm_2(h). Every block has the MoE
+                // when enable_moe_block. mlx-lm's sanitize splits the Hugging
+                // Face `experts.gate_up_proj` [E, 2I, H] (gate rows first).
+                block = "";
+                names.router = &["router.proj"];
+                names.stacked = "experts.switch_glu";
+                names.fused = Some(("experts.gate_up_proj", "experts.down_proj"));
+                if mt == "gemma4" {
+                    names.layers = &["language_model.model.layers", "model.language_model.layers"];
+                }
+                keys.experts = "num_experts";
+                keys.intermediate = "moe_intermediate_size";
+                let moe = f.bool_or("enable_moe_block", false)?;
+                let e = if moe { f.usize_req("num_experts", MAX_EXPERTS)? } else { 0 };
+                let k = if moe { f.usize_req("top_k_experts", MAX_TOP_K)? } else { 0 };
+                let i = if moe { f.usize_req("moe_intermediate_size", MAX_DIM)? } else { 0 };
+                glu = GluAct::GeluTanh;
+                gemma4_eps = Some(f.f32_or("rms_norm_eps", 1e-6)?);
+                let router = RouterKind::Gemma4 {
+                    per_expert_scale: Vec::new(),
+                };
+                let rule = if moe {
+                    LayerRule::All
+                } else {
+                    LayerRule::FirstDense {
+                        first_dense: usize::MAX,
+                        freq: 1,
+                    }
+                };
+                (e, k, i, router, rule)
+            }
+            "llama4" => {
+                // mlx-lm `llama4` (MoE): router logits → top-k (k must be 1:
+                // mlx-lm asserts it) → sigmoid; the experts run on x · score
+                // (score rounded to x's dtype); plus a plain shared_expert
+                // of intermediate_size. MoE where layer %
+                // interleave_moe_layer_step == step − 1. The Hugging Face
+                // files store experts.gate_up_proj [E, H, 2I] and
+                // experts.down_proj [E, I, H] (transposed; mlx-lm's sanitize
+                // splits and transposes them).
+                block = "feed_forward";
+                names.layers = &["language_model.model.layers"];
+                names.router = &["router"];
+                names.stacked = "experts";
+                names.transposed = Some(("experts.gate_up_proj", "experts.down_proj"));
+                keys.experts = "num_local_experts";
+                keys.intermediate = "intermediate_size";
+                keys.shared = "intermediate_size";
+                let e = f.usize_req("num_local_experts", MAX_EXPERTS)?;
+                let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
+                let i = f.usize_req("intermediate_size", MAX_DIM)?;
+                if k != 1 {
+                    return Err(f.bad(
+                        "num_experts_per_tok",
+                        "1 (mlx-lm's llama4 and llama.cpp route top-1; the routing weight scales the expert's input)",
+                        k,
+                    ));
+                }
+                let step = f.usize_or("interleave_moe_layer_step", MAX_LAYERS, 1)?;
+                if step == 0 {
+                    return Err(f.bad("interleave_moe_layer_step", "an integer >= 1", 0));
+                }
+                weight_before = true;
+                shared = Some(SharedSpec {
+                    intermediate: i,
+                    prefix: "shared_expert",
+                    gated: false,
+                });
+                let router = RouterKind::Grouped {
+                    scoring: Scoring::Sigmoid,
+                    bias: None,
+                    n_group: 1,
+                    topk_group: 1,
+                    dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
+                    norm_topk_prob: false,
+                    routed_scaling_factor: 1.0,
+                };
+                (e, k, i, router, LayerRule::Interleaved { step })
+            }
+            "ernie4_5_moe" => {
+                // mlx-lm `ernie4_5_moe` (Ernie4_5_MoeMLP): softmax (or
+                // sigmoid, `moe_gate_act`) scores in f32 → top-k → divided
+                // by max(their sum, 1e-12); a plain shared_experts of
+                // moe_num_shared_experts × moe_intermediate_size; MoE where
+                // (layer + 1) % moe_layer_interval == 0 within
+                // [moe_layer_start_index, moe_layer_end_index]. The Hugging
+                // Face files carry `moe_statics.e_score_correction_bias`,
+                // which transformers (and llama.cpp) add to the scores for
+                // the selection only; mlx-lm's sanitize drops it. It is used
+                // where present.
+                keys.experts = "moe_num_experts";
+                keys.shared = "moe_num_shared_experts × moe_intermediate_size";
+                names.bias = "moe_statics.e_score_correction_bias";
+                let e = f.usize_req("moe_num_experts", MAX_EXPERTS)?;
+                let k = f.usize_or("moe_k", MAX_TOP_K, 1)?;
+                let i = match f.usize_or("moe_intermediate_size", MAX_DIM, 0)? {
+                    0 => {
+                        keys.intermediate = "intermediate_size";
+                        f.usize_req("intermediate_size", MAX_DIM)?
+                    }
+                    i => i,
+                };
+                if f.bool_or("use_bias", false)? {
+                    return Err(crate::error::unsupported(
+                        "safetensors",
+                        format!("{}: {mt} with use_bias = true (expert biases)", path.display()),
+                    ));
+                }
+                let scoring = match f.str_opt("moe_gate_act")?.unwrap_or("softmax") {
+                    "softmax" => Scoring::Softmax,
+                    "sigmoid" => Scoring::Sigmoid,
+                    other => return Err(f.bad("moe_gate_act", "\"softmax\" or \"sigmoid\"", other)),
+                };
+                bias_if_present = true;
+                if let Some(n) = f.usize_opt("moe_num_shared_experts", 1024)?.filter(|&n| n > 0) {
+                    shared = Some(shared_experts(f, "moe_num_shared_experts", n, i)?);
+                }
+                let start = f.usize_or_list_bound("moe_layer_start_index", MAX_LAYERS, true)?.unwrap_or(0);
+                let end = f
+                    .usize_or_list_bound("moe_layer_end_index", MAX_LAYERS, false)?
+                    .unwrap_or(n_layers.saturating_sub(1));
+                let interval = f.usize_or("moe_layer_interval", MAX_LAYERS, 1)?;
+                if interval == 0 {
+                    return Err(f.bad("moe_layer_interval", "an integer >= 1", 0));
+                }
+                let router = RouterKind::Grouped {
+                    scoring,
+                    bias: None,
+                    n_group: 1,
+                    topk_group: 1,
+                    dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
+                    norm_topk_prob: true,
+                    routed_scaling_factor: 1.0,
+                };
+                (e, k, i, router, LayerRule::Interval { start, end, interval })
+            }
+            "hunyuan" => {
+                // mlx-lm `hunyuan` (MoeBlock): softmax (precise) → top-k,
+                // not renormalised; a plain shared_mlp of intermediate_size
+                // × num_shared_expert when use_mixed_mlp_moe; moe_topk,
+                // num_shared_expert and moe_intermediate_size may be lists
+                // (one value per block); every block is MoE when
+                // num_experts > 1. Router `gate.wg`.
+                names.router = &["gate.wg"];
+                keys.experts = "num_experts";
+                keys.intermediate = "moe_intermediate_size";
+                keys.shared = "intermediate_size × num_shared_expert";
+                let e = f.usize_req("num_experts", MAX_EXPERTS)?;
+                let dense_i = f.usize_req("intermediate_size", MAX_DIM)?;
+                let ks = f
+                    .usize_or_list("moe_topk", MAX_TOP_K, n_layers)?
+                    .ok_or_else(|| f.missing("moe_topk"))?;
+                let is = match f.usize_or_list("moe_intermediate_size", MAX_DIM, n_layers)? {
+                    Some(v) => v,
+                    None => {
+                        keys.intermediate = "intermediate_size";
+                        vec![dense_i; n_layers]
+                    }
+                };
+                let mixed = f.bool_or("use_mixed_mlp_moe", false)?;
+                let ns = match f.usize_or_list("num_shared_expert", 1024, n_layers)? {
+                    Some(v) if mixed => v,
+                    None if mixed => return Err(f.missing("num_shared_expert")),
+                    _ => vec![0; n_layers],
+                };
+                let mut sis = Vec::with_capacity(n_layers);
+                for &n in &ns {
+                    sis.push(
+                        dense_i
+                            .checked_mul(n)
+                            .filter(|&s| s <= MAX_DIM)
+                            .ok_or_else(|| f.bad("num_shared_expert", "intermediate_size · num_shared_expert ≤ 2^20", n))?,
+                    );
+                }
+                per_layer = (0..n_layers).map(|l| (ks[l], is[l], sis[l])).collect();
+                let (k, i, si) = per_layer.first().copied().unwrap_or((0, 0, 0));
+                if si > 0 {
+                    shared = Some(SharedSpec {
+                        intermediate: si,
+                        prefix: "shared_mlp",
+                        gated: false,
+                    });
+                }
+                let router = RouterKind::SoftmaxTopK {
+                    norm_topk_prob: false,
+                };
+                let rule = if e > 1 {
+                    LayerRule::All
+                } else {
+                    LayerRule::FirstDense {
+                        first_dense: usize::MAX,
+                        freq: 1,
+                    }
+                };
+                (if e > 1 { e } else { 0 }, k, i, router, rule)
             }
             "mixtral" => {
                 block = "block_sparse_moe";
@@ -737,11 +745,39 @@ impl ModelConfig {
             keys,
             glu,
             linear_bias,
+            gemma4_eps,
+            weight_before,
+            bias_if_present,
+            per_layer,
         };
         if !cfg.moe_layers.is_empty() {
-            cfg.check(f)?;
+            for &l in &cfg.moe_layers {
+                cfg.at_layer(l).check(f)?;
+                if cfg.per_layer.is_empty() {
+                    break;
+                }
+            }
         }
         Ok(cfg)
+    }
+
+    /// The configuration of block `layer`: the per-block sizes where the
+    /// config lists them (Hunyuan), else `self`.
+    pub fn at_layer(&self, layer: usize) -> std::borrow::Cow<'_, ModelConfig> {
+        match self.per_layer.get(layer) {
+            Some(&(k, i, si)) if (k, i, si) != (self.top_k, self.intermediate, self.shared.as_ref().map_or(0, |s| s.intermediate)) => {
+                let mut c = self.clone();
+                c.top_k = k;
+                c.intermediate = i;
+                c.shared = (si > 0).then(|| SharedSpec {
+                    intermediate: si,
+                    prefix: self.shared.as_ref().map_or("shared_mlp", |s| s.prefix),
+                    gated: false,
+                });
+                std::borrow::Cow::Owned(c)
+            }
+            _ => std::borrow::Cow::Borrowed(self),
+        }
     }
 
     /// Validates the sizes and the router of a model that has MoE layers.
@@ -764,10 +800,12 @@ impl ModelConfig {
         // Bias length is checked when the tensor is loaded; validate the rest
         // with a placeholder of the right length.
         let mut kind = self.router.clone();
-        if let RouterKind::Grouped { bias, .. } = &mut kind {
-            if self.needs_bias {
+        match &mut kind {
+            RouterKind::Grouped { bias, .. } if self.needs_bias => {
                 *bias = Some(vec![0.0; self.n_experts]);
             }
+            RouterKind::Gemma4 { per_expert_scale } => *per_expert_scale = vec![1.0; self.n_experts],
+            _ => {}
         }
         RouterConfig {
             kind,

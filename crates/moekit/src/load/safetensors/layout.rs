@@ -32,7 +32,7 @@ use crate::error::{invalid, unsupported, Result};
 use crate::format::{storage_shapes, QuantWeights, WeightFormat};
 use crate::moe::{MoeBlock, MoeBlockParts, SharedExpert};
 use crate::ops::act::GateUp;
-use crate::ops::ffn::{ExpertBiases, ExpertFfn};
+use crate::ops::ffn::{ExpertBiases, ExpertFfn, ExpertInput, InputNorm};
 use crate::ops::route::{RouterConfig, RouterKind};
 use crate::tensor::{Bytes, Tensor};
 use std::cell::Cell;
@@ -47,6 +47,8 @@ enum Experts {
     Fused(&'static str, &'static str),
     /// Hugging Face: one tensor per expert; names of gate, up, down.
     PerExpert([&'static str; 3]),
+    /// Hugging Face transposed (Llama-4): gate+up `[E, H, 2I]`, down `[E, I, H]`.
+    Transposed(&'static str, &'static str),
     /// OpenAI's gpt-oss (`quant_method: mxfp4`): `{stacked}.gate_up_proj`
     /// (gate and up rows interleaved) and `{stacked}.down_proj`, each as
     /// `_blocks` / `_scales` (/ `_bias`).
@@ -343,6 +345,11 @@ fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
             return Ok(Experts::Fused(gate_up, down));
         }
     }
+    if let Some((gate_up, down)) = names.transposed {
+        if ck.get(&format!("{prefix}.{gate_up}")).is_some() {
+            return Ok(Experts::Transposed(gate_up, down));
+        }
+    }
     for names in [["gate_proj", "up_proj", "down_proj"], ["w1", "w3", "w2"]] {
         if ck
             .get(&format!("{prefix}.experts.0.{}.weight", names[0]))
@@ -480,15 +487,88 @@ fn linear_biases(
 /// The router's `e_score_correction_bias` as f32.
 fn bias(ck: &SafetensorsCheckpoint, prefix: &str, e: usize) -> Result<Vec<f32>> {
     let name = format!("{prefix}.{}", ck.cfg.names.bias);
-    let (d, shape) = ck.info(&name)?;
-    if !d.is_float() || shape != [e] {
-        let key = ck.cfg.keys.experts;
+    vector(ck, &name, e, ck.cfg.keys.experts)
+}
+
+/// A float vector `name` of `n` values (`[n]`, or `[1, n]` as ERNIE's
+/// bias) as f32; `key` names the config key of `n`.
+fn vector(ck: &SafetensorsCheckpoint, name: &str, n: usize, key: &str) -> Result<Vec<f32>> {
+    let (d, shape) = ck.info(name)?;
+    if !d.is_float() || (shape != [n] && shape != [1, n]) {
         return Err(ck.bad(
-            &name,
-            format!("{d} {shape:?}, expected a float [{e}] (`{key}` = {e} in config.json)"),
+            name,
+            format!("{d} {shape:?}, expected a float [{n}] (`{key}` = {n} in config.json)"),
         ));
     }
-    ck.load(&name)?.to_f32_vec()
+    ck.load(name)?.to_f32_vec()
+}
+
+/// Gemma-4's router norm (`router.scale` · H^-½, rounded to the tensor's
+/// dtype as mlx-lm's product is), its per-expert scale and the experts'
+/// `pre_feedforward_layernorm_2`, under the decoder layer `p`.
+fn gemma4_parts(ck: &SafetensorsCheckpoint, p: &str, eps: f32) -> Result<(ExpertInput, Vec<f32>)> {
+    let (e, h) = (ck.cfg.n_experts, ck.cfg.hidden);
+    let scale_name = format!("{p}.router.scale");
+    let (d, _) = ck.info(&scale_name)?;
+    let root = (h as f64).powf(-0.5) as f32;
+    let scaled: Vec<f32> = vector(ck, &scale_name, h, "hidden_size")?
+        .into_iter()
+        .map(|s| s * root)
+        .collect();
+    let rounded = Tensor::from_f32(&scaled, &[h], d)?.to_f32_vec()?;
+    let norm = |v: Vec<f32>| -> Result<InputNorm> {
+        Ok(InputNorm {
+            weight: Tensor::from_f32(&v, &[h], DType::F32)?,
+            eps,
+        })
+    };
+    let pre2 = vector(ck, &format!("{p}.pre_feedforward_layernorm_2.weight"), h, "hidden_size")?;
+    let per_expert = vector(ck, &format!("{p}.router.per_expert_scale"), e, ck.cfg.keys.experts)?;
+    Ok((
+        ExpertInput {
+            router_norm: Some(norm(rounded)?),
+            expert_norm: Some(norm(pre2)?),
+            weight_before: false,
+        },
+        per_expert,
+    ))
+}
+
+/// Hugging Face transposed experts: `name` a float `[E, rows_in, cols_in]`;
+/// returns the matrices `[E, n, rows_in]` of its columns `col0..col0 + n`,
+/// transposed (copied).
+fn transposed_dense(
+    ck: &SafetensorsCheckpoint,
+    name: &str,
+    [e, a, b]: [usize; 3],
+    col0: usize,
+    n: usize,
+) -> Result<QuantWeights> {
+    let (d, got) = ck.info(name)?;
+    if !d.is_float() || got != [e, a, b] || col0 + n > b {
+        return Err(ck.bad(
+            name,
+            format!(
+                "{d} {got:?}, expected a float [{e}, {a}, {b}] (`{}` = {e}; Hugging Face stores these experts transposed)",
+                ck.cfg.keys.experts
+            ),
+        ));
+    }
+    let t = ck.load(name)?;
+    let src = t.bytes()?;
+    let sz = d.size();
+    let mut out = vec![0u8; e * n * a * sz];
+    for x in 0..e {
+        for r in 0..n {
+            for c in 0..a {
+                let from = ((x * a + c) * b + col0 + r) * sz;
+                let to = ((x * n + r) * a + c) * sz;
+                out[to..to + sz].copy_from_slice(&src[from..from + sz]);
+            }
+        }
+    }
+    let data = Tensor::from_bytes(d, &[e, n, a], Bytes::copy_from(&out))?;
+    QuantWeights::new(WeightFormat::Dense(d), e, n, a, data, None, None).map_err(|err| ck.bad(name, err))
 }
 
 fn check_layer(c: &ModelConfig, layer: usize) -> Result<()> {
@@ -529,8 +609,9 @@ pub(super) fn build(
     layer: usize,
     progress: &dyn Fn(usize, usize),
 ) -> Result<MoeBlock> {
-    let c = &ck.cfg;
-    check_layer(c, layer)?;
+    check_layer(&ck.cfg, layer)?;
+    // The block's own sizes where the config lists them per layer (Hunyuan).
+    let c = &*ck.cfg.at_layer(layer);
     let p = c
         .names
         .moe_module(layer, c.block, &|n: &str| ck.get(n).is_some());
@@ -539,7 +620,7 @@ pub(super) fn build(
     let shared_parts = c.shared.as_ref().map_or(0, |s| 3 + usize::from(s.gated));
     let expert_parts = match experts {
         Experts::Stacked => 3,
-        Experts::Fused(..) | Experts::Mxfp4Blocks => 2,
+        Experts::Fused(..) | Experts::Mxfp4Blocks | Experts::Transposed(..) => 2,
         Experts::PerExpert(_) => 3 * e,
     };
     let total = 1 + expert_parts + shared_parts;
@@ -555,10 +636,22 @@ pub(super) fn build(
     let router_part = part(ck, &router_module, None, e, h, &router_keys)?;
     let router_weight = weights(ck, &router_part, 1, e, h)?;
     let mut kind = c.router.clone();
+    let has_bias = ck.get(&format!("{p}.{}", c.names.bias)).is_some();
     if let RouterKind::Grouped { bias: b, .. } = &mut kind {
-        if c.needs_bias {
+        if c.needs_bias || (c.bias_if_present && has_bias) {
             *b = Some(bias(ck, &p, e)?);
         }
+    }
+    let mut input = ExpertInput {
+        weight_before: c.weight_before,
+        ..Default::default()
+    };
+    if let Some(eps) = c.gemma4_eps {
+        let (inp, scale) = gemma4_parts(ck, &p, eps)?;
+        input = inp;
+        kind = RouterKind::Gemma4 {
+            per_expert_scale: scale,
+        };
     }
     tick();
     let dims = [(i, h), (i, h), (h, i)];
@@ -593,6 +686,15 @@ pub(super) fn build(
             let d = fused_dense(ck, &format!("{p}.{dn}"), [e, h, i], &hi)?;
             tick();
             (GateUp::fused(w)?, d)
+        }
+        Experts::Transposed(gu, dn) => {
+            let gu = format!("{p}.{gu}");
+            let gate = transposed_dense(ck, &gu, [e, h, 2 * i], 0, i)?;
+            let up = transposed_dense(ck, &gu, [e, h, 2 * i], i, i)?;
+            tick();
+            let down = transposed_dense(ck, &format!("{p}.{dn}"), [e, i, h], 0, h)?;
+            tick();
+            (GateUp::separate(gate, up)?, down)
         }
         Experts::Mxfp4Blocks => {
             let experts = format!("{p}.{}", c.names.stacked);
@@ -677,6 +779,7 @@ pub(super) fn build(
         } else {
             ExpertBiases::default()
         },
+        input,
     };
     MoeBlock::new(MoeBlockParts {
         router: RouterConfig {

@@ -30,6 +30,7 @@
 //! The mapping assumes the files are not modified while the checkpoint is open.
 
 mod config;
+mod fields;
 mod fp8;
 mod layout;
 mod quant;
