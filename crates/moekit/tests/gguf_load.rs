@@ -159,6 +159,12 @@ fn every_fixture_loads_with_the_right_summary() {
             let norm = r["norm"].as_bool().unwrap();
             match (r["kind"].as_str().unwrap(), &cfg.kind) {
                 ("topk_softmax", RouterKind::TopKSoftmax) => assert!(norm),
+                // gemma4.cpp: softmax → top-k → renormalise, × ffn_down_exps.scale.
+                ("gemma4", RouterKind::Gemma4 { per_expert_scale }) => {
+                    assert!(norm, "{name}");
+                    assert_eq!(per_expert_scale.len(), s.n_experts, "{name}");
+                    assert!(per_expert_scale.iter().any(|&v| v != 1.0), "{name}");
+                }
                 ("softmax_topk", RouterKind::SoftmaxTopK { norm_topk_prob }) => {
                     assert_eq!(*norm_topk_prob, norm, "{name}")
                 }

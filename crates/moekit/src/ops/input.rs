@@ -185,7 +185,7 @@ mod tests {
             assert_eq!(rw.ids.as_slice::<u32>().unwrap(), [3, 1]);
         }
         // bf16: the weight is rounded before the product (1/3 → 0.333984375).
-        let xb = Tensor::from_f32(&[3.0, 3.0], &[1, 2], DType::BF16).unwrap();
+        let xb = Tensor::from_f32(&[3.0, 3.0], &[1, 2], DType::Bf16).unwrap();
         let rb = Routing {
             ids: Tensor::from_slice(&[0u32], &[1, 1]).unwrap(),
             weights: Tensor::from_f32(&[1.0 / 3.0], &[1, 1], DType::F32).unwrap(),

@@ -38,7 +38,8 @@ fn check_checkpoint(model: &Path, layer: usize, x: &Path, want: &Path) {
     let got = host_f32(&block.forward(&x).unwrap());
     let e = nmse(&got, &NpyArray::read(want).unwrap().to_f32().unwrap());
     println!("{} layer {layer}: NMSE {e:.2e}", model.display());
-    assert!(e <= 1e-8, "{}: NMSE {e:e}", model.display());
+    // f32 activations: the bound for every family fixture.
+    assert!(e <= 1e-10, "{}: NMSE {e:e}", model.display());
 }
 
 #[test]
@@ -223,13 +224,16 @@ fn moe_block_captures_into_a_cuda_graph_and_replays_with_new_inputs() {
     }
 }
 
-/// gpt-oss blocks (router and expert biases, clamped SwiGLU) from their
+/// The families whose blocks carry more than plain SwiGLU on x — gpt-oss
+/// (router and expert biases, clamped SwiGLU), Gemma-4 (router and expert
+/// norms, GELU-tanh GLU, per-expert scale), Llama-4 (the weight before the
+/// FFN), ERNIE (selection bias), Hunyuan (per-layer sizes) — from their
 /// fixtures: bf16 activations on the tensor-core, general and decode CUDA
 /// paths against the CPU reference on the same bf16 input (f32 activations,
 /// where Auto takes the CUDA-core decode kernels at T = 4: the fixture test
 /// above).
 #[test]
-fn gpt_oss_blocks_match_cpu_on_every_cuda_path() {
+fn family_blocks_match_cpu_on_every_cuda_path() {
     let root = fixtures();
     let cases = [
         (root.join("gguf/gpt_oss_mxfp4.gguf"), 0usize),
@@ -237,6 +241,16 @@ fn gpt_oss_blocks_match_cpu_on_every_cuda_path() {
         (root.join("st/gpt_oss_mlx_mxfp4"), 1),
         (root.join("st/gpt_oss_unquantized"), 1),
         (root.join("st/gpt_oss_hf_mxfp4"), 1),
+        (root.join("gguf/gemma4_q8_0.gguf"), 0),
+        (root.join("st/gemma4_text_mlx_q4"), 1),
+        (root.join("st/gemma4_hf_fused"), 1),
+        (root.join("gguf/llama4_q4_k.gguf"), 1),
+        (root.join("st/llama4_mlx_q4"), 1),
+        (root.join("st/llama4_hf_transposed"), 1),
+        (root.join("gguf/ernie4_5_moe_q5_1.gguf"), 1),
+        (root.join("st/ernie4_5_moe_hf_bias"), 2),
+        (root.join("gguf/hunyuan_moe_q8_0.gguf"), 0),
+        (root.join("st/hunyuan_mlx_q4"), 1),
     ];
     for (model, layer) in cases {
         let cpu = load::open(&model)
@@ -260,7 +274,18 @@ fn gpt_oss_blocks_match_cpu_on_every_cuda_path() {
                 paths.push(MoePath::Decode);
             }
             for path in paths {
-                let got = host_f32(&dev.forward_with(Backend::Cuda, path, &xg).unwrap().out);
+                let got = match dev.forward_with(Backend::Cuda, path, &xg) {
+                    Ok(t) => host_f32(&t.out),
+                    // The fused paths' standing limit, not a family's: a
+                    // shared expert in another format than the routed ones
+                    // (the llama4 GGUF fixture's q8_0 beside q4_k / q6_k on
+                    // the decode path).
+                    Err(e) if path != MoePath::General && e.to_string().contains("differ in format") => {
+                        println!("{} T={t} {path:?}: refused ({e})", model.display());
+                        continue;
+                    }
+                    Err(e) => panic!("{} T={t} {path:?}: {e}", model.display()),
+                };
                 let e = nmse(&got, &want);
                 println!("{} T={t} {path:?}: NMSE {e:.2e}", model.display());
                 assert!(e <= 1e-4, "{} T={t} {path:?}: NMSE {e:e}", model.display());

@@ -22,6 +22,10 @@
 //! | `minimax-m2` | key, required | yes | – | required | – |
 //! | `dots1` | key, required | key, default no | key | optional | plain |
 //! | `bailingmoe2` | key, required | key, default no | key | optional | plain |
+//! | `gemma4` | softmax | yes | × `ffn_down_exps.scale[e]` | – | – (router and expert norms, GEGLU) |
+//! | `llama4` | sigmoid of the chosen logit | no | – | – | plain (weight before the FFN) |
+//! | `ernie4_5-moe` | softmax | yes | – | optional | plain if `expert_shared_feed_forward_length` > 0 |
+//! | `hunyuan-moe` | softmax | yes | – | – | plain |
 //!
 //! "key" means `<arch>.expert_gating_func` (1 softmax, 2 sigmoid; "required":
 //! llama.cpp has no default and aborts without it, moekit names the key),

@@ -101,10 +101,17 @@ fn every_family_table_model_type_has_a_rule() {
         let sizes = r#""hidden_size":64,"num_hidden_layers":2,"num_experts":8,
                "num_local_experts":8,"n_routed_experts":8,"num_experts_per_tok":2,
                "moe_intermediate_size":16,"intermediate_size":16,"shared_expert_intermediate_size":16,
-               "n_group":2,"topk_group":1,"score_function":"sigmoid""#;
+               "n_group":2,"topk_group":1,"score_function":"sigmoid","enable_moe_block":true,
+               "top_k_experts":2,"moe_num_experts":8,"moe_k":2,"moe_topk":2"#;
+        // Llama-4 routes top-1 only.
+        let sizes = if mt == "llama4" {
+            sizes.replace(r#""num_experts_per_tok":2"#, r#""num_experts_per_tok":1"#)
+        } else {
+            sizes.to_string()
+        };
         let text = match mt {
             // The language model's settings nested under text_config.
-            "qwen3_5_moe" | "kimi_k25" => {
+            "qwen3_5_moe" | "kimi_k25" | "gemma4" | "llama4" => {
                 format!(r#"{{"model_type":"{mt}","text_config":{{{sizes}}}}}"#)
             }
             _ => format!(r#"{{"model_type":"{mt}",{sizes}}}"#),
@@ -115,12 +122,12 @@ fn every_family_table_model_type_has_a_rule() {
             assert_eq!(dropped_groups, crate::ops::route::GroupMask::Zero, "{mt}");
         }
     }
-    let e = parse(r#"{"model_type":"llama4","hidden_size":64,"num_hidden_layers":2}"#)
+    let e = parse(r#"{"model_type":"llama","hidden_size":64,"num_hidden_layers":2}"#)
         .unwrap_err()
         .to_string();
     let list = crate::load::family::model_types().join(", ");
     assert!(
-        e.contains("`model_type` = \"llama4\" is not supported")
+        e.contains("`model_type` = \"llama\" is not supported")
             && e.contains(&format!("(supported: {list})"))
             && e.contains("config.json"),
         "{e}"
@@ -201,4 +208,56 @@ fn errors_name_the_key() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("topk_method"), "{e}");
+}
+
+#[test]
+fn round_two_layer_rules_and_refusals() {
+    // Llama-4: MoE every interleave_moe_layer_step-th block; k must be 1.
+    let l4 = |k: usize| {
+        format!(
+            r#"{{"model_type":"llama4","text_config":{{"hidden_size":64,"num_hidden_layers":4,
+               "num_local_experts":4,"num_experts_per_tok":{k},"intermediate_size":16,
+               "interleave_moe_layer_step":2}}}}"#
+        )
+    };
+    let c = parse(&l4(1)).unwrap();
+    assert_eq!(c.moe_layers, vec![1, 3]);
+    assert!(c.weight_before && c.shared.is_some());
+    let e = parse(&l4(2)).unwrap_err().to_string();
+    assert!(e.contains("text_config.num_experts_per_tok") && e.contains("top-1"), "{e}");
+    // ERNIE-4.5: (l + 1) % interval == 0 within [start, end] (lists: min / max).
+    let c = parse(
+        r#"{"model_type":"ernie4_5_moe","hidden_size":64,"num_hidden_layers":8,"moe_num_experts":8,
+           "moe_k":2,"moe_intermediate_size":16,"moe_layer_start_index":[2,3],
+           "moe_layer_end_index":[5,6],"moe_layer_interval":2,"moe_num_shared_experts":2}"#,
+    )
+    .unwrap();
+    assert_eq!(c.moe_layers, vec![3, 5]);
+    assert_eq!(c.shared.as_ref().map(|s| s.intermediate), Some(32));
+    assert!(c.bias_if_present && !c.needs_bias);
+    // Hunyuan: per-layer lists give each block its sizes; a list of the
+    // wrong length is refused, naming the key.
+    let hy = |topk: &str| {
+        format!(
+            r#"{{"model_type":"hunyuan","hidden_size":64,"num_hidden_layers":2,"num_experts":8,
+               "intermediate_size":32,"moe_topk":{topk},"moe_intermediate_size":[16,8],
+               "use_mixed_mlp_moe":true,"num_shared_expert":[1,2]}}"#
+        )
+    };
+    let c = parse(&hy("[3,2]")).unwrap();
+    assert_eq!((c.top_k, c.intermediate), (3, 16));
+    let l1 = c.at_layer(1);
+    assert_eq!((l1.top_k, l1.intermediate), (2, 8));
+    assert_eq!(l1.shared.as_ref().map(|s| s.intermediate), Some(64));
+    assert_eq!(c.at_layer(0).shared.as_ref().map(|s| s.intermediate), Some(32));
+    let e = parse(&hy("[3,2,1]")).unwrap_err().to_string();
+    assert!(e.contains("moe_topk") && e.contains("one value per layer"), "{e}");
+    let e = parse(&hy("[3,9]")).unwrap_err().to_string();
+    assert!(e.contains("num_experts_per_tok") || e.contains("9"), "{e}");
+    // Gemma-4 without enable_moe_block has no MoE layer.
+    let c = parse(
+        r#"{"model_type":"gemma4_text","hidden_size":64,"num_hidden_layers":2,"num_experts":8}"#,
+    )
+    .unwrap();
+    assert!(c.moe_layers.is_empty());
 }
