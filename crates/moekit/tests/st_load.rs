@@ -708,7 +708,7 @@ fn fuzz(name: &str, layer: usize, rounds: usize, seed: u64) -> (usize, usize) {
     (ok, err)
 }
 
-/// 1200 mutations (truncation, bit flips, huge header lengths, consistent
+/// 1800 mutations (truncation, bit flips, huge header lengths, consistent
 /// headers with one bad field, config.json edits) of an mlx-quantized and a
 /// Hugging Face checkpoint: each gives `Err` or a block that runs; no panic.
 #[test]
@@ -718,11 +718,18 @@ fn fuzzed_checkpoints_give_errors_not_panics() {
     let (ok2, err2) = fuzz("olmoe_hf_f16", 1, 400, 8);
     // gpt-oss: biases, and OpenAI's interleaved MXFP4 blocks.
     let (ok3, err3) = fuzz("gpt_oss_hf_mxfp4", 1, 400, 9);
+    // Llama-4's transposed experts (copied by index) and Gemma-4's norms.
+    let (ok4, err4) = fuzz("llama4_hf_transposed", 1, 300, 10);
+    let (ok5, err5) = fuzz("gemma4_hf_fused", 1, 300, 11);
     let secs = start.elapsed().as_secs_f64();
     println!("fuzz: {secs:.2} s");
     assert!(
         err1 > 400 && err2 > 200 && err3 > 200 && ok1 > 0 && ok2 > 0 && ok3 > 0,
         "mutations should mostly fail: {ok1}/{err1}, {ok2}/{err2}, {ok3}/{err3}"
+    );
+    assert!(
+        err4 > 150 && err5 > 150 && ok4 > 0 && ok5 > 0,
+        "mutations should mostly fail: {ok4}/{err4}, {ok5}/{err5}"
     );
     assert!(secs < 10.0, "fuzz took {secs:.1} s");
 }

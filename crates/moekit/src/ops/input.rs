@@ -135,7 +135,11 @@ impl ExpertInput {
 /// again (mlx-lm's `x * scores.astype(x.dtype)`), and a routing of the same
 /// ids with weights 1: what the experts of a `weight_before` block run on.
 /// `x [T, H]` float, `routing.weights f32 [T, 1]`, on one device.
-pub fn weight_input_on(backend: Backend, x: &Tensor, routing: &Routing) -> Result<(Tensor, Routing)> {
+pub fn weight_input_on(
+    backend: Backend,
+    x: &Tensor,
+    routing: &Routing,
+) -> Result<(Tensor, Routing)> {
     const OP: &str = "weight_input";
     crate::ops::check_float(OP, "x", x, 2)?;
     let t = x.shape()[0];
@@ -197,7 +201,9 @@ mod tests {
             ids: Tensor::from_slice(&[0u32, 1], &[1, 2]).unwrap(),
             weights: Tensor::from_f32(&[0.5, 0.5], &[1, 2], DType::F32).unwrap(),
         };
-        let err = weight_input_on(Backend::CpuFast, &xb, &r2).unwrap_err().to_string();
+        let err = weight_input_on(Backend::CpuFast, &xb, &r2)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("routing.weights"), "{err}");
     }
 
@@ -210,7 +216,10 @@ mod tests {
         assert!(!inp.is_plain());
         assert!(inp.check(4, 1, Device::Cpu).is_ok());
         let err = inp.check(4, 2, Device::Cpu).unwrap_err().to_string();
-        assert!(err.contains("weight_before") && err.contains("top_k = 2"), "{err}");
+        assert!(
+            err.contains("weight_before") && err.contains("top_k = 2"),
+            "{err}"
+        );
         let bad = ExpertInput {
             router_norm: Some(InputNorm {
                 weight: Tensor::from_f32(&[1.0; 3], &[3], DType::F32).unwrap(),

@@ -280,7 +280,10 @@ fn family_blocks_match_cpu_on_every_cuda_path() {
                     // shared expert in another format than the routed ones
                     // (the llama4 GGUF fixture's q8_0 beside q4_k / q6_k on
                     // the decode path).
-                    Err(e) if path != MoePath::General && e.to_string().contains("differ in format") => {
+                    Err(e)
+                        if path != MoePath::General
+                            && e.to_string().contains("differ in format") =>
+                    {
                         println!("{} T={t} {path:?}: refused ({e})", model.display());
                         continue;
                     }

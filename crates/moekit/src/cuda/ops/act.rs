@@ -80,7 +80,8 @@ pub fn instances() -> Vec<(&'static Source, String)> {
         .iter()
         .filter_map(|&d| ctype("swiglu", d).ok())
         .flat_map(|t| {
-            ["swiglu", "row_bias", "routed_bias", "weight_rows"].map(|k| (&SRC, format!("moekit::{k}<{t}>")))
+            ["swiglu", "row_bias", "routed_bias", "weight_rows"]
+                .map(|k| (&SRC, format!("moekit::{k}<{t}>")))
         })
         .collect()
 }

@@ -625,7 +625,10 @@ fn expert_input(file: &GgufFile, arch: &str, fam: &ArchRule, layer: usize) -> Re
             let key = format!("{arch}.attention.layer_norm_rms_epsilon");
             let eps = key_f64(file, &key)?.unwrap_or(1e-6) as f32;
             if !(eps.is_finite() && eps >= 0.0) {
-                return Err(bad(file, format!("`{key}` = {eps}: want a finite number ≥ 0")));
+                return Err(bad(
+                    file,
+                    format!("`{key}` = {eps}: want a finite number ≥ 0"),
+                ));
             }
             let norm = |stem: &str, scale: f32| -> Result<InputNorm> {
                 let name = format!("blk.{layer}.{stem}");

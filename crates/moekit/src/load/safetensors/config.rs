@@ -10,11 +10,11 @@
 //! The `model_type`s accepted are those of the family table
 //! ([`crate::load::family`]).
 
+pub(crate) use super::fields::*;
 use super::quant::QuantConfig;
 use crate::error::{Error, Result};
 use crate::ops::ffn::GluAct;
-use crate::ops::route::{RouterConfig, RouterKind, Scoring, MAX_EXPERTS, MAX_TOP_K};
-pub(crate) use super::fields::*;
+use crate::ops::route::{RouterKind, Scoring, MAX_EXPERTS, MAX_TOP_K};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -330,9 +330,21 @@ impl ModelConfig {
                 keys.experts = "num_experts";
                 keys.intermediate = "moe_intermediate_size";
                 let moe = f.bool_or("enable_moe_block", false)?;
-                let e = if moe { f.usize_req("num_experts", MAX_EXPERTS)? } else { 0 };
-                let k = if moe { f.usize_req("top_k_experts", MAX_TOP_K)? } else { 0 };
-                let i = if moe { f.usize_req("moe_intermediate_size", MAX_DIM)? } else { 0 };
+                let e = if moe {
+                    f.usize_req("num_experts", MAX_EXPERTS)?
+                } else {
+                    0
+                };
+                let k = if moe {
+                    f.usize_req("top_k_experts", MAX_TOP_K)?
+                } else {
+                    0
+                };
+                let i = if moe {
+                    f.usize_req("moe_intermediate_size", MAX_DIM)?
+                } else {
+                    0
+                };
                 glu = GluAct::GeluTanh;
                 gemma4_eps = Some(f.f32_or("rms_norm_eps", 1e-6)?);
                 let router = RouterKind::Gemma4 {
@@ -422,19 +434,29 @@ impl ModelConfig {
                 if f.bool_or("use_bias", false)? {
                     return Err(crate::error::unsupported(
                         "safetensors",
-                        format!("{}: {mt} with use_bias = true (expert biases)", path.display()),
+                        format!(
+                            "{}: {mt} with use_bias = true (expert biases)",
+                            path.display()
+                        ),
                     ));
                 }
                 let scoring = match f.str_opt("moe_gate_act")?.unwrap_or("softmax") {
                     "softmax" => Scoring::Softmax,
                     "sigmoid" => Scoring::Sigmoid,
-                    other => return Err(f.bad("moe_gate_act", "\"softmax\" or \"sigmoid\"", other)),
+                    other => {
+                        return Err(f.bad("moe_gate_act", "\"softmax\" or \"sigmoid\"", other))
+                    }
                 };
                 bias_if_present = true;
-                if let Some(n) = f.usize_opt("moe_num_shared_experts", 1024)?.filter(|&n| n > 0) {
+                if let Some(n) = f
+                    .usize_opt("moe_num_shared_experts", 1024)?
+                    .filter(|&n| n > 0)
+                {
                     shared = Some(shared_experts(f, "moe_num_shared_experts", n, i)?);
                 }
-                let start = f.usize_or_list_bound("moe_layer_start_index", MAX_LAYERS, true)?.unwrap_or(0);
+                let start = f
+                    .usize_or_list_bound("moe_layer_start_index", MAX_LAYERS, true)?
+                    .unwrap_or(0);
                 let end = f
                     .usize_or_list_bound("moe_layer_end_index", MAX_LAYERS, false)?
                     .unwrap_or(n_layers.saturating_sub(1));
@@ -451,7 +473,17 @@ impl ModelConfig {
                     norm_topk_prob: true,
                     routed_scaling_factor: 1.0,
                 };
-                (e, k, i, router, LayerRule::Interval { start, end, interval })
+                (
+                    e,
+                    k,
+                    i,
+                    router,
+                    LayerRule::Interval {
+                        start,
+                        end,
+                        interval,
+                    },
+                )
             }
             "hunyuan" => {
                 // mlx-lm `hunyuan` (MoeBlock): softmax (precise) → top-k,
@@ -488,7 +520,13 @@ impl ModelConfig {
                         dense_i
                             .checked_mul(n)
                             .filter(|&s| s <= MAX_DIM)
-                            .ok_or_else(|| f.bad("num_shared_expert", "intermediate_size · num_shared_expert ≤ 2^20", n))?,
+                            .ok_or_else(|| {
+                                f.bad(
+                                    "num_shared_expert",
+                                    "intermediate_size · num_shared_expert ≤ 2^20",
+                                    n,
+                                )
+                            })?,
                     );
                 }
                 per_layer = (0..n_layers).map(|l| (ks[l], is[l], sis[l])).collect();
@@ -759,106 +797,6 @@ impl ModelConfig {
             }
         }
         Ok(cfg)
-    }
-
-    /// The configuration of block `layer`: the per-block sizes where the
-    /// config lists them (Hunyuan), else `self`.
-    pub fn at_layer(&self, layer: usize) -> std::borrow::Cow<'_, ModelConfig> {
-        match self.per_layer.get(layer) {
-            Some(&(k, i, si)) if (k, i, si) != (self.top_k, self.intermediate, self.shared.as_ref().map_or(0, |s| s.intermediate)) => {
-                let mut c = self.clone();
-                c.top_k = k;
-                c.intermediate = i;
-                c.shared = (si > 0).then(|| SharedSpec {
-                    intermediate: si,
-                    prefix: self.shared.as_ref().map_or("shared_mlp", |s| s.prefix),
-                    gated: false,
-                });
-                std::borrow::Cow::Owned(c)
-            }
-            _ => std::borrow::Cow::Borrowed(self),
-        }
-    }
-
-    /// Validates the sizes and the router of a model that has MoE layers.
-    fn check(&self, f: &Fields<'_>) -> Result<()> {
-        for (key, v) in [
-            ("hidden_size", self.hidden),
-            ("expert intermediate size", self.intermediate),
-        ] {
-            if v == 0 {
-                return Err(f.bad(key, "a positive integer", 0));
-            }
-        }
-        if self.top_k == 0 || self.top_k > self.n_experts {
-            return Err(f.bad(
-                "num_experts_per_tok",
-                &format!("1..=`{}` = {}", self.keys.experts, self.n_experts),
-                self.top_k,
-            ));
-        }
-        // Bias length is checked when the tensor is loaded; validate the rest
-        // with a placeholder of the right length.
-        let mut kind = self.router.clone();
-        match &mut kind {
-            RouterKind::Grouped { bias, .. } if self.needs_bias => {
-                *bias = Some(vec![0.0; self.n_experts]);
-            }
-            RouterKind::Gemma4 { per_expert_scale } => *per_expert_scale = vec![1.0; self.n_experts],
-            _ => {}
-        }
-        RouterConfig {
-            kind,
-            n_experts: self.n_experts,
-            top_k: self.top_k,
-        }
-        .validate()
-        .map_err(|e| Error::BadFile {
-            path: f.path.to_path_buf(),
-            msg: format!("routing settings: {e}"),
-        })
-    }
-
-    /// The router, human readable.
-    pub fn router_text(&self) -> String {
-        match &self.router {
-            RouterKind::SoftmaxTopK { norm_topk_prob } => {
-                format!("softmax over {} experts → top-{}{}", self.n_experts, self.top_k, if *norm_topk_prob { ", renormalised" } else { "" })
-            }
-            RouterKind::TopKSoftmax => format!("top-{} logits → softmax over the chosen", self.top_k),
-            RouterKind::Gemma4 { .. } => "gemma4".into(),
-            RouterKind::Grouped { scoring, n_group, topk_group, dropped_groups, norm_topk_prob, routed_scaling_factor, .. } => format!(
-                "{} scores{} → top-{} in the best {topk_group} of {n_group} groups{}{} × {routed_scaling_factor}",
-                match scoring {
-                    Scoring::Softmax => "softmax",
-                    Scoring::Sigmoid => "sigmoid",
-                },
-                if self.needs_bias { " + e_score_correction_bias" } else { "" },
-                self.top_k,
-                if *n_group > 1 && topk_group < n_group {
-                    format!(" (dropped groups' keys {}, as mlx-lm)", dropped_groups.label())
-                } else {
-                    String::new()
-                },
-                if *norm_topk_prob { ", renormalised" } else { "" },
-            ),
-        }
-    }
-
-    /// The shared expert, human readable.
-    pub fn shared_text(&self) -> Option<String> {
-        self.shared.as_ref().map(|s| {
-            format!(
-                "{} (intermediate {}){}",
-                s.prefix,
-                s.intermediate,
-                if s.gated {
-                    ", sigmoid-gated by shared_expert_gate"
-                } else {
-                    ""
-                }
-            )
-        })
     }
 }
 

@@ -224,7 +224,10 @@ fn round_two_layer_rules_and_refusals() {
     assert_eq!(c.moe_layers, vec![1, 3]);
     assert!(c.weight_before && c.shared.is_some());
     let e = parse(&l4(2)).unwrap_err().to_string();
-    assert!(e.contains("text_config.num_experts_per_tok") && e.contains("top-1"), "{e}");
+    assert!(
+        e.contains("text_config.num_experts_per_tok") && e.contains("top-1"),
+        "{e}"
+    );
     // ERNIE-4.5: (l + 1) % interval == 0 within [start, end] (lists: min / max).
     let c = parse(
         r#"{"model_type":"ernie4_5_moe","hidden_size":64,"num_hidden_layers":8,"moe_num_experts":8,
@@ -249,9 +252,15 @@ fn round_two_layer_rules_and_refusals() {
     let l1 = c.at_layer(1);
     assert_eq!((l1.top_k, l1.intermediate), (2, 8));
     assert_eq!(l1.shared.as_ref().map(|s| s.intermediate), Some(64));
-    assert_eq!(c.at_layer(0).shared.as_ref().map(|s| s.intermediate), Some(32));
+    assert_eq!(
+        c.at_layer(0).shared.as_ref().map(|s| s.intermediate),
+        Some(32)
+    );
     let e = parse(&hy("[3,2,1]")).unwrap_err().to_string();
-    assert!(e.contains("moe_topk") && e.contains("one value per layer"), "{e}");
+    assert!(
+        e.contains("moe_topk") && e.contains("one value per layer"),
+        "{e}"
+    );
     let e = parse(&hy("[3,9]")).unwrap_err().to_string();
     assert!(e.contains("num_experts_per_tok") || e.contains("9"), "{e}");
     // Gemma-4 without enable_moe_block has no MoE layer.

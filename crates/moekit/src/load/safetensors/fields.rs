@@ -97,10 +97,19 @@ impl Fields<'_> {
     /// An integer in `0..=max` or a list of them (mlx-lm's
     /// `_int_or_list`: per layer), if present; a list has one value per
     /// block (`n_layers`).
-    pub(crate) fn usize_or_list(&self, key: &str, max: usize, n_layers: usize) -> Result<Option<Vec<usize>>> {
+    pub(crate) fn usize_or_list(
+        &self,
+        key: &str,
+        max: usize,
+        n_layers: usize,
+    ) -> Result<Option<Vec<usize>>> {
         let one = |v: &Value| match v.as_u64() {
             Some(n) if n as u128 <= max as u128 => Ok(n as usize),
-            _ => Err(self.bad(key, &format!("an integer in 0..={max} or a list of them"), v)),
+            _ => Err(self.bad(
+                key,
+                &format!("an integer in 0..={max} or a list of them"),
+                v,
+            )),
         };
         match self.get(key) {
             None => Ok(None),
@@ -120,7 +129,12 @@ impl Fields<'_> {
 
     /// An integer in `0..=max`, or the least (`min`) / largest of a list
     /// (ERNIE's `moe_layer_start_index` / `_end_index`, as mlx-lm reads them).
-    pub(crate) fn usize_or_list_bound(&self, key: &str, max: usize, least: bool) -> Result<Option<usize>> {
+    pub(crate) fn usize_or_list_bound(
+        &self,
+        key: &str,
+        max: usize,
+        least: bool,
+    ) -> Result<Option<usize>> {
         match self.get(key) {
             Some(Value::Array(a)) => {
                 let v = a
@@ -130,8 +144,14 @@ impl Fields<'_> {
                         _ => Err(self.bad(key, &format!("integers in 0..={max}"), v)),
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let b = if least { v.iter().min() } else { v.iter().max() };
-                b.copied().map(Some).ok_or_else(|| self.bad(key, "a non-empty list", "[]"))
+                let b = if least {
+                    v.iter().min()
+                } else {
+                    v.iter().max()
+                };
+                b.copied()
+                    .map(Some)
+                    .ok_or_else(|| self.bad(key, "a non-empty list", "[]"))
             }
             _ => self.usize_opt(key, max),
         }
@@ -149,7 +169,11 @@ pub(crate) enum LayerRule {
     /// Llama-4: `l % interleave_moe_layer_step == step − 1`.
     Interleaved { step: usize },
     /// ERNIE-4.5: `(l + 1) % moe_layer_interval == 0 && start ≤ l ≤ end`.
-    Interval { start: usize, end: usize, interval: usize },
+    Interval {
+        start: usize,
+        end: usize,
+        interval: usize,
+    },
 }
 
 impl LayerRule {
@@ -216,7 +240,12 @@ pub(crate) fn deepseek_rule(f: &Fields<'_>, with_freq: bool) -> Result<LayerRule
 
 /// A plain (ungated) `shared_experts` module of `n` experts (config key
 /// `n_key`) of `per` intermediate rows each, fused as one of `n · per`.
-pub(crate) fn shared_experts(f: &Fields<'_>, n_key: &str, n: usize, per: usize) -> Result<SharedSpec> {
+pub(crate) fn shared_experts(
+    f: &Fields<'_>,
+    n_key: &str,
+    n: usize,
+    per: usize,
+) -> Result<SharedSpec> {
     let s = per
         .checked_mul(n)
         .filter(|&s| s <= MAX_DIM)
@@ -262,7 +291,12 @@ pub(crate) fn grouped(
 }
 
 /// Checks an optional string key against the one value this loader supports.
-pub(crate) fn expect_str(f: &Fields<'_>, key: &str, allowed: &[&str], model_type: &str) -> Result<String> {
+pub(crate) fn expect_str(
+    f: &Fields<'_>,
+    key: &str,
+    allowed: &[&str],
+    model_type: &str,
+) -> Result<String> {
     let v = f.str_opt(key)?.unwrap_or(allowed[0]);
     if allowed.contains(&v) {
         Ok(v.to_string())
@@ -285,4 +319,3 @@ pub(crate) fn in_text_config(e: Error, path: &Path) -> Error {
         other => other,
     }
 }
-

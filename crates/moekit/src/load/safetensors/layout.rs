@@ -26,6 +26,7 @@
 
 use super::config::ModelConfig;
 use super::fp8::{self, Fp8Part};
+use super::hf_experts::{fused_dense, mxfp4_blocks, transposed_dense};
 use super::SafetensorsCheckpoint;
 use crate::dtype::DType;
 use crate::error::{invalid, unsupported, Result};
@@ -297,39 +298,6 @@ fn per_expert(
         .map_err(|err| ck.bad(&first.names[0], err))
 }
 
-/// A Hugging Face fused expert tensor `name` (a float `[E, rows, cols]`,
-/// stored as it is: these files are not mlx-quantized).
-fn fused_dense(
-    ck: &SafetensorsCheckpoint,
-    name: &str,
-    [e, rows, cols]: [usize; 3],
-    k: &Keys,
-) -> Result<QuantWeights> {
-    let (d, got) = ck.info(name)?;
-    if !d.is_float() || got != [e, rows, cols] {
-        return Err(ck.bad(
-            name,
-            format!(
-                "{d} {got:?}, expected a float [{e}, {rows}, {cols}] (experts `{}` = {e}, rows {} = {rows}, columns {} = {cols} in {})",
-                ck.cfg.keys.experts,
-                k.rows,
-                k.cols,
-                ck.dir.join("config.json").display()
-            ),
-        ));
-    }
-    QuantWeights::new(
-        WeightFormat::Dense(d),
-        e,
-        rows,
-        cols,
-        ck.load(name)?,
-        None,
-        None,
-    )
-    .map_err(|err| ck.bad(name, err))
-}
-
 fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
     let names = &ck.cfg.names;
     let stacked = format!("{prefix}.{}.gate_proj.weight", names.stacked);
@@ -364,52 +332,6 @@ fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
             "mlx-lm layout; the Hugging Face `{prefix}.experts.0.gate_proj.weight` is absent too"
         ),
     ))
-}
-
-/// `{name}_blocks` (u8 `[E, rows, cols / 32, 16]`) and `{name}_scales` (u8
-/// `[E, rows, cols / 32]`): MXFP4 as OpenAI stores it, the bytes of MLX's
-/// `mode="mxfp4"` (mlx-lm views the blocks as uint32). With `interleaved`,
-/// rows `2n` and `2n + 1` are gate and up row `n` (`rows` = 2I): returns
-/// [gate, up]; else [the matrix].
-fn mxfp4_blocks(
-    ck: &SafetensorsCheckpoint,
-    name: &str,
-    [e, rows, cols]: [usize; 3],
-    interleaved: bool,
-) -> Result<Vec<QuantWeights>> {
-    let (bn, sn) = (format!("{name}_blocks"), format!("{name}_scales"));
-    for (t, want) in [
-        (&bn, vec![e, rows, cols / 32, 16]),
-        (&sn, vec![e, rows, cols / 32]),
-    ] {
-        let (d, got) = ck.info(t)?;
-        if d != DType::U8 || got != want.as_slice() || cols % 32 != 0 {
-            return Err(ck.bad(
-                t,
-                format!("{d} {got:?}, expected u8 {want:?} (MXFP4 of {e} experts × {rows} rows × {cols} columns)"),
-            ));
-        }
-    }
-    let (blocks, scales) = (ck.load(&bn)?, ck.load(&sn)?);
-    let (bb, sb) = (blocks.bytes()?, scales.bytes()?);
-    let (row_b, row_s) = (cols / 2, cols / 32);
-    let parts = if interleaved { 2 } else { 1 };
-    let n = rows / parts;
-    (0..parts)
-        .map(|which| {
-            let pick = |src: &[u8], per: usize| {
-                let mut v = Vec::with_capacity(e * n * per);
-                for r in (0..e * rows).filter(|r| r % parts == which) {
-                    v.extend_from_slice(&src[r * per..(r + 1) * per]);
-                }
-                Bytes::copy_from(&v)
-            };
-            let data = Tensor::from_bytes(DType::U32, &[e, n, cols / 8], pick(bb, row_b))?;
-            let sc = Tensor::from_bytes(DType::U8, &[e, n, row_s], pick(sb, row_s))?;
-            let f = WeightFormat::MlxFp(crate::format::MlxFpMode::Mxfp4);
-            QuantWeights::new(f, e, n, cols, data, Some(sc), None).map_err(|err| ck.bad(&bn, err))
-        })
-        .collect()
 }
 
 /// A linear layer's `bias` tensor `name` (float `shape`) as an f32 tensor;
@@ -522,8 +444,18 @@ fn gemma4_parts(ck: &SafetensorsCheckpoint, p: &str, eps: f32) -> Result<(Expert
             eps,
         })
     };
-    let pre2 = vector(ck, &format!("{p}.pre_feedforward_layernorm_2.weight"), h, "hidden_size")?;
-    let per_expert = vector(ck, &format!("{p}.router.per_expert_scale"), e, ck.cfg.keys.experts)?;
+    let pre2 = vector(
+        ck,
+        &format!("{p}.pre_feedforward_layernorm_2.weight"),
+        h,
+        "hidden_size",
+    )?;
+    let per_expert = vector(
+        ck,
+        &format!("{p}.router.per_expert_scale"),
+        e,
+        ck.cfg.keys.experts,
+    )?;
     Ok((
         ExpertInput {
             router_norm: Some(norm(rounded)?),
@@ -532,43 +464,6 @@ fn gemma4_parts(ck: &SafetensorsCheckpoint, p: &str, eps: f32) -> Result<(Expert
         },
         per_expert,
     ))
-}
-
-/// Hugging Face transposed experts: `name` a float `[E, rows_in, cols_in]`;
-/// returns the matrices `[E, n, rows_in]` of its columns `col0..col0 + n`,
-/// transposed (copied).
-fn transposed_dense(
-    ck: &SafetensorsCheckpoint,
-    name: &str,
-    [e, a, b]: [usize; 3],
-    col0: usize,
-    n: usize,
-) -> Result<QuantWeights> {
-    let (d, got) = ck.info(name)?;
-    if !d.is_float() || got != [e, a, b] || col0 + n > b {
-        return Err(ck.bad(
-            name,
-            format!(
-                "{d} {got:?}, expected a float [{e}, {a}, {b}] (`{}` = {e}; Hugging Face stores these experts transposed)",
-                ck.cfg.keys.experts
-            ),
-        ));
-    }
-    let t = ck.load(name)?;
-    let src = t.bytes()?;
-    let sz = d.size();
-    let mut out = vec![0u8; e * n * a * sz];
-    for x in 0..e {
-        for r in 0..n {
-            for c in 0..a {
-                let from = ((x * a + c) * b + col0 + r) * sz;
-                let to = ((x * n + r) * a + c) * sz;
-                out[to..to + sz].copy_from_slice(&src[from..from + sz]);
-            }
-        }
-    }
-    let data = Tensor::from_bytes(d, &[e, n, a], Bytes::copy_from(&out))?;
-    QuantWeights::new(WeightFormat::Dense(d), e, n, a, data, None, None).map_err(|err| ck.bad(name, err))
 }
 
 fn check_layer(c: &ModelConfig, layer: usize) -> Result<()> {

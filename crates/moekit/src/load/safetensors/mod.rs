@@ -30,8 +30,10 @@
 //! The mapping assumes the files are not modified while the checkpoint is open.
 
 mod config;
+mod config_view;
 mod fields;
 mod fp8;
+mod hf_experts;
 mod layout;
 mod quant;
 
@@ -272,7 +274,20 @@ impl SafetensorsCheckpoint {
             top_k: cfg.top_k,
             hidden: cfg.hidden,
             intermediate: cfg.intermediate,
-            router: cfg.router_text(),
+            router: format!(
+                "{}{}{}",
+                cfg.router_text(),
+                if cfg.weight_before {
+                    " (the weight scales the expert's input)"
+                } else {
+                    ""
+                },
+                if cfg.per_layer.is_empty() {
+                    ""
+                } else {
+                    " (k and sizes per block from list-valued keys; block 0's shown)"
+                }
+            ),
             shared: cfg.shared_text(),
         };
         Ok(SafetensorsCheckpoint {
