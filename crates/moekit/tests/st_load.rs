@@ -30,7 +30,7 @@ const NMSE_BOUND: f64 = 1e-8;
 /// formats with integer kernels): NMSE ≤ 1e-4.
 const NMSE_Q8: f64 = 1e-4;
 
-const CASES: [&str; 37] = [
+const CASES: [&str; 38] = [
     "qwen3_moe_mlx_q4",
     "qwen3_moe_hf_sharded",
     "qwen2_moe_mlx_q4",
@@ -68,6 +68,7 @@ const CASES: [&str; 37] = [
     "ernie4_5_moe_hf_bias",
     "hunyuan_mlx_q4",
     "hunyuan_hf",
+    "gpt_oss_hf_bf16",
 ];
 
 fn case_dir(name: &str) -> PathBuf {

@@ -54,7 +54,8 @@ pub(crate) struct Names {
     pub fused: Option<(&'static str, &'static str)>,
     /// Hugging Face experts stored transposed: gate+up `[E, H, 2I]` (gate
     /// columns first) and down `[E, I, H]`, unquantized (Llama-4).
-    pub transposed: Option<(&'static str, &'static str)>,
+    /// The bool: gate and up columns interleaved (gpt-oss) rather than halves.
+    pub transposed: Option<(&'static str, &'static str, bool)>,
 }
 
 impl Names {
@@ -292,6 +293,10 @@ impl ModelConfig {
                 // interleaved gate_up into `experts.{gate,up}_proj`.
                 names.router = &["router"];
                 names.stacked = "experts";
+                // transformers' GptOssExperts (unquantized): gate_up_proj
+                // [E, H, 2I] with gate and up columns interleaved, down_proj
+                // [E, I, H], biases as OpenAI's.
+                names.transposed = Some(("experts.gate_up_proj", "experts.down_proj", true));
                 keys.experts = "num_local_experts";
                 keys.intermediate = "intermediate_size";
                 let e = f.usize_req("num_local_experts", MAX_EXPERTS)?;
@@ -373,7 +378,7 @@ impl ModelConfig {
                 names.layers = &["language_model.model.layers"];
                 names.router = &["router"];
                 names.stacked = "experts";
-                names.transposed = Some(("experts.gate_up_proj", "experts.down_proj"));
+                names.transposed = Some(("experts.gate_up_proj", "experts.down_proj", false));
                 keys.experts = "num_local_experts";
                 keys.intermediate = "intermediate_size";
                 keys.shared = "intermediate_size";

@@ -44,17 +44,19 @@ pub(super) fn fused_dense(
 }
 
 /// Hugging Face transposed experts: `name` a float `[E, rows_in, cols_in]`;
-/// returns the matrices `[E, n, rows_in]` of its columns `col0..col0 + n`,
-/// transposed (copied).
+/// returns the matrices `[E, n, rows_in]` of its columns `col0 + r · stride`
+/// (`r < n`), transposed (copied): stride 2 takes one of two interleaved
+/// halves (gpt-oss), stride 1 a contiguous one (Llama-4).
 pub(super) fn transposed_dense(
     ck: &SafetensorsCheckpoint,
     name: &str,
     [e, a, b]: [usize; 3],
     col0: usize,
     n: usize,
+    stride: usize,
 ) -> Result<QuantWeights> {
     let (d, got) = ck.info(name)?;
-    if !d.is_float() || got != [e, a, b] || col0 + n > b {
+    if !d.is_float() || got != [e, a, b] || n == 0 || col0 + (n - 1) * stride >= b {
         return Err(ck.bad(
             name,
             format!(
@@ -70,7 +72,7 @@ pub(super) fn transposed_dense(
     for x in 0..e {
         for r in 0..n {
             for c in 0..a {
-                let from = ((x * a + c) * b + col0 + r) * sz;
+                let from = ((x * a + c) * b + col0 + r * stride) * sz;
                 let to = ((x * n + r) * a + c) * sz;
                 out[to..to + sz].copy_from_slice(&src[from..from + sz]);
             }

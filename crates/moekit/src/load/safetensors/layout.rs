@@ -15,8 +15,13 @@
 //! the block prefix (`language_model.model.layers` for Kimi-K2.5 and
 //! mlx-lm's Qwen3.5, `model.language_model.layers` for Hugging Face's
 //! Qwen3.5), the router module, the selection bias's name, the stacked
-//! experts module, and Hugging Face experts stored fused (Qwen3.5
-//! `experts.gate_up_proj` `[E, 2I, H]`, gate rows first, + `experts.down_proj`).
+//! experts module, and Hugging Face experts stored fused (Qwen3.5,
+//! Gemma-4 `experts.gate_up_proj` `[E, 2I, H]`, gate rows first, +
+//! `experts.down_proj`) or transposed (Llama-4 `experts.gate_up_proj`
+//! `[E, H, 2I]`, gate columns first; gpt-oss the same with gate and up
+//! columns interleaved; `experts.down_proj` `[E, I, H]`): `hf_experts.rs`.
+//! Gemma-4's MoE modules sit in the decoder layer itself (`router`,
+//! `experts`, `pre_feedforward_layernorm_2`).
 //!
 //! A module is quantized (MLX affine: `.scales` and `.biases`; mxfp4 / nvfp4 /
 //! mxfp8: `.scales` only) when the config or a `.scales` tensor says so
@@ -48,8 +53,9 @@ enum Experts {
     Fused(&'static str, &'static str),
     /// Hugging Face: one tensor per expert; names of gate, up, down.
     PerExpert([&'static str; 3]),
-    /// Hugging Face transposed (Llama-4): gate+up `[E, H, 2I]`, down `[E, I, H]`.
-    Transposed(&'static str, &'static str),
+    /// Hugging Face transposed: gate+up `[E, H, 2I]` (gate and up columns
+    /// as halves, Llama-4, or interleaved, gpt-oss), down `[E, I, H]`.
+    Transposed(&'static str, &'static str, bool),
     /// OpenAI's gpt-oss (`quant_method: mxfp4`): `{stacked}.gate_up_proj`
     /// (gate and up rows interleaved) and `{stacked}.down_proj`, each as
     /// `_blocks` / `_scales` (/ `_bias`).
@@ -313,9 +319,9 @@ fn detect(ck: &SafetensorsCheckpoint, prefix: &str) -> Result<Experts> {
             return Ok(Experts::Fused(gate_up, down));
         }
     }
-    if let Some((gate_up, down)) = names.transposed {
+    if let Some((gate_up, down, interleaved)) = names.transposed {
         if ck.get(&format!("{prefix}.{gate_up}")).is_some() {
-            return Ok(Experts::Transposed(gate_up, down));
+            return Ok(Experts::Transposed(gate_up, down, interleaved));
         }
     }
     for names in [["gate_proj", "up_proj", "down_proj"], ["w1", "w3", "w2"]] {
@@ -374,8 +380,9 @@ fn linear_biases(
         &[e],
         &format!("`{ke}`"),
     )?);
-    if let Experts::Mxfp4Blocks = experts {
-        // OpenAI's names; gate and up interleaved as their weights' rows.
+    if let Experts::Mxfp4Blocks | Experts::Transposed(..) = experts {
+        // OpenAI's names; gate and up interleaved as their weights' rows
+        // (or columns, in the unquantized transposed layout).
         let experts = format!("{module}.{}", c.names.stacked);
         let gu_keys = format!("`{ke}`, 2 × `{ki}`");
         let gu = linear_bias(
@@ -582,12 +589,13 @@ pub(super) fn build(
             tick();
             (GateUp::fused(w)?, d)
         }
-        Experts::Transposed(gu, dn) => {
+        Experts::Transposed(gu, dn, interleaved) => {
             let gu = format!("{p}.{gu}");
-            let gate = transposed_dense(ck, &gu, [e, h, 2 * i], 0, i)?;
-            let up = transposed_dense(ck, &gu, [e, h, 2 * i], i, i)?;
+            let (up0, stride) = if interleaved { (1, 2) } else { (i, 1) };
+            let gate = transposed_dense(ck, &gu, [e, h, 2 * i], 0, i, stride)?;
+            let up = transposed_dense(ck, &gu, [e, h, 2 * i], up0, i, stride)?;
             tick();
-            let down = transposed_dense(ck, &format!("{p}.{dn}"), [e, i, h], 0, h)?;
+            let down = transposed_dense(ck, &format!("{p}.{dn}"), [e, i, h], 0, h, 1)?;
             tick();
             (GateUp::separate(gate, up)?, down)
         }
@@ -664,7 +672,10 @@ pub(super) fn build(
     let ffn = ExpertFfn {
         act: c.glu,
         bias: if c.linear_bias {
-            if !matches!(experts, Experts::Stacked | Experts::Mxfp4Blocks) {
+            if !matches!(
+                experts,
+                Experts::Stacked | Experts::Mxfp4Blocks | Experts::Transposed(..)
+            ) {
                 return Err(ck.missing(
                     &format!("{p}.{}.gate_proj.weight", c.names.stacked),
                     "mlx-lm's layout, or OpenAI's *_blocks with quant_method mxfp4: the layouts read with expert biases",
