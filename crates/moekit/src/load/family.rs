@@ -121,8 +121,8 @@ pub const FAMILIES: [Family; 19] = [
     },
     Family {
         name: "Bailing-MoE",
-        // llama.cpp's Ling 2.0 architecture (its v1 `bailingmoe` is not read).
-        gguf_archs: &["bailingmoe2"],
+        // llama.cpp's Ling 2.0 architecture and its v1 (Ling-lite / -plus).
+        gguf_archs: &["bailingmoe2", "bailingmoe"],
         model_types: &["bailing_moe"],
         presets: &[],
     },

@@ -539,13 +539,6 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
     let xb = x.cuda_bytes()?;
     let dev = xb.device().clone();
     let (e, k) = (p.router.n_experts, p.router.top_k);
-    ensure(
-        h == p.hidden(),
-        OP,
-        "x",
-        format!("[T, {}]", p.hidden()),
-        format!("{:?}", x.shape()),
-    )?;
     let i = p.gate_up.intermediate();
     let si = p.shared.as_ref().map_or(0, |s| s.gate_up.intermediate());
     let mma = plan.experts == Experts::Mma;

@@ -22,6 +22,7 @@
 //! | `minimax-m2` | key, required | yes | – | required | – |
 //! | `dots1` | key, required | key, default no | key | optional | plain |
 //! | `bailingmoe2` | key, required | key, default no | key | optional | plain |
+//! | `bailingmoe` | softmax | key, default no | key | – | plain |
 //! | `gemma4` | softmax | yes | × `ffn_down_exps.scale[e]` | – | – (router and expert norms, GEGLU) |
 //! | `llama4` | sigmoid of the chosen logit | no | – | – | plain (weight before the FFN) |
 //! | `ernie4_5-moe` | softmax | yes | – | optional | plain if `expert_shared_feed_forward_length` > 0 |
@@ -179,6 +180,14 @@ impl ArchRule {
             input: InputRule::Plain,
         };
         Some(match arch {
+            // bailingmoe.cpp (Ling v1): softmax, norm_w and w_scale from their
+            // keys (defaults off), an ungated shared expert of
+            // n_ff_exp · expert_shared_count.
+            "bailingmoe" => ArchRule {
+                norm: Key(false),
+                scale_key: true,
+                ..softmax(false, Style::Grouped, SharedRule::Plain)
+            },
             // hunyuan-moe.cpp: softmax, norm_w, no scale, an ungated shared expert.
             "hunyuan-moe" => softmax(true, Style::SoftmaxTopK, SharedRule::Plain),
             // ernie4-5-moe.cpp: softmax, norm_w, optional exp_probs_b (the

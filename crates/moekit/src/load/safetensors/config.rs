@@ -402,15 +402,7 @@ impl ModelConfig {
                     prefix: "shared_expert",
                     gated: false,
                 });
-                let router = RouterKind::Grouped {
-                    scoring: Scoring::Sigmoid,
-                    bias: None,
-                    n_group: 1,
-                    topk_group: 1,
-                    dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
-                    norm_topk_prob: false,
-                    routed_scaling_factor: 1.0,
-                };
+                let router = ungrouped(Scoring::Sigmoid, false);
                 (e, k, i, router, LayerRule::Interleaved { step })
             }
             "ernie4_5_moe" => {
@@ -436,22 +428,8 @@ impl ModelConfig {
                     }
                     i => i,
                 };
-                if f.bool_or("use_bias", false)? {
-                    return Err(crate::error::unsupported(
-                        "safetensors",
-                        format!(
-                            "{}: {mt} with use_bias = true (expert biases)",
-                            path.display()
-                        ),
-                    ));
-                }
-                let scoring = match f.str_opt("moe_gate_act")?.unwrap_or("softmax") {
-                    "softmax" => Scoring::Softmax,
-                    "sigmoid" => Scoring::Sigmoid,
-                    other => {
-                        return Err(f.bad("moe_gate_act", "\"softmax\" or \"sigmoid\"", other))
-                    }
-                };
+                refuse_use_bias(f, mt)?;
+                let scoring = scoring_key(f, "moe_gate_act")?;
                 bias_if_present = true;
                 if let Some(n) = f
                     .usize_opt("moe_num_shared_experts", 1024)?
@@ -469,15 +447,7 @@ impl ModelConfig {
                 if interval == 0 {
                     return Err(f.bad("moe_layer_interval", "an integer >= 1", 0));
                 }
-                let router = RouterKind::Grouped {
-                    scoring,
-                    bias: None,
-                    n_group: 1,
-                    topk_group: 1,
-                    dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
-                    norm_topk_prob: true,
-                    routed_scaling_factor: 1.0,
-                };
+                let router = ungrouped(scoring, true);
                 (
                     e,
                     k,
@@ -604,22 +574,8 @@ impl ModelConfig {
                 let e = f.usize_req("num_experts", MAX_EXPERTS)?;
                 let k = f.usize_req("num_experts_per_tok", MAX_TOP_K)?;
                 let i = f.usize_req("moe_intermediate_size", MAX_DIM)?;
-                if f.bool_or("use_bias", false)? {
-                    return Err(crate::error::unsupported(
-                        "safetensors",
-                        format!(
-                            "{}: {mt} with use_bias = true (expert biases)",
-                            path.display()
-                        ),
-                    ));
-                }
-                let scoring = match f.str_opt("score_function")?.unwrap_or("softmax") {
-                    "softmax" => Scoring::Softmax,
-                    "sigmoid" => Scoring::Sigmoid,
-                    other => {
-                        return Err(f.bad("score_function", "\"softmax\" or \"sigmoid\"", other))
-                    }
-                };
+                refuse_use_bias(f, mt)?;
+                let scoring = scoring_key(f, "score_function")?;
                 let router = grouped(f, scoring, true, false)?;
                 if let RouterKind::Grouped { n_group, .. } = router {
                     if scoring == Scoring::Softmax && n_group > 1 {
@@ -686,15 +642,7 @@ impl ModelConfig {
                     ));
                 }
                 needs_bias = true;
-                let router = RouterKind::Grouped {
-                    scoring: Scoring::Sigmoid,
-                    bias: None,
-                    n_group: 1,
-                    topk_group: 1,
-                    dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
-                    norm_topk_prob: true,
-                    routed_scaling_factor: 1.0,
-                };
+                let router = ungrouped(Scoring::Sigmoid, true);
                 (e, k, i, router, LayerRule::All)
             }
             "deepseek_v2" | "deepseek_v3" | "kimi_k2" | "kimi_k25" | "glm4_moe" => {

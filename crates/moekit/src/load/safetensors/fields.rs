@@ -319,3 +319,41 @@ pub(crate) fn in_text_config(e: Error, path: &Path) -> Error {
         other => other,
     }
 }
+
+/// Refuses `use_bias = true` (expert biases no reference of the family reads).
+pub(crate) fn refuse_use_bias(f: &Fields<'_>, model_type: &str) -> Result<()> {
+    if f.bool_or("use_bias", false)? {
+        return Err(crate::error::unsupported(
+            "safetensors",
+            format!(
+                "{}: {model_type} with use_bias = true (expert biases)",
+                f.path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The router's score function from `key`: "softmax" (the default) or "sigmoid".
+pub(crate) fn scoring_key(f: &Fields<'_>, key: &str) -> Result<Scoring> {
+    match f.str_opt(key)?.unwrap_or("softmax") {
+        "softmax" => Ok(Scoring::Softmax),
+        "sigmoid" => Ok(Scoring::Sigmoid),
+        other => Err(f.bad(key, "\"softmax\" or \"sigmoid\"", other)),
+    }
+}
+
+/// Scores, top-k over them (no groups, no bias until the checkpoint's is
+/// read), optionally renormalised, × 1: Llama-4, ERNIE-4.5, MiniMax-M2.
+pub(crate) fn ungrouped(scoring: Scoring, norm_topk_prob: bool) -> RouterKind {
+    RouterKind::Grouped {
+        scoring,
+        bias: None,
+        n_group: 1,
+        topk_group: 1,
+        // mlx-lm's masking (moot without groups).
+        dropped_groups: crate::load::family::SAFETENSORS_DROPPED_GROUPS,
+        norm_topk_prob,
+        routed_scaling_factor: 1.0,
+    }
+}
