@@ -225,15 +225,10 @@ fn build_block(
             ..Default::default()
         },
         Inputs::Gemma4 => {
-            let norm = || -> moekit::Result<InputNorm> {
-                Ok(InputNorm {
-                    weight: Tensor::from_f32(&vec![1.0; h], &[h], DType::F32)?,
-                    eps: 1e-6,
-                })
-            };
+            let ones = vec![1.0; h];
             ExpertInput {
-                router_norm: Some(norm()?),
-                expert_norm: Some(norm()?),
+                router_norm: Some(InputNorm::new(&ones, 1e-6)?),
+                expert_norm: Some(InputNorm::new(&ones, 1e-6)?),
                 weight_before: false,
             }
         }

@@ -18,7 +18,6 @@ use crate::format::QuantWeights;
 use crate::ops::act::{gather_glu_on, gather_swiglu_on, GateUp};
 use crate::ops::ffn::{add_down_bias_on, add_router_bias_on, ExpertFfn};
 use crate::ops::gather_mm::{gather_mm_on, qmm_on, RowExperts};
-use crate::ops::input::weight_input_on;
 pub use crate::ops::parts::{MoeBlockParts, SharedExpert};
 use crate::ops::permute::{permute_on, unpermute_on};
 use crate::ops::route::{route_on, Routing};
@@ -225,12 +224,8 @@ impl MoeBlock {
             None => logits,
         };
         let routing = route_on(backend, &logits, &p.router)?;
-        let mut out = if input.weight_before {
-            let (xw, rw) = weight_input_on(backend, &xe, &routing)?;
-            general_experts(backend, &p.gate_up, &p.down, &p.ffn, &xw, &rw)?
-        } else {
-            general_experts(backend, &p.gate_up, &p.down, &p.ffn, &xe, &routing)?
-        };
+        let (xw, rw) = input.experts_on(backend, &xe, &routing)?;
+        let mut out = general_experts(backend, &p.gate_up, &p.down, &p.ffn, &xw, &rw)?;
         if let (Some(s), Backend::Cuda) = (&p.shared, backend) {
             let sa = gather_swiglu_on(backend, x, &s.gate_up, RowExperts::Single)?;
             let sy = qmm_on(backend, &sa, &s.down)?;

@@ -46,6 +46,16 @@ pub struct ExpertInput {
     pub weight_before: bool,
 }
 
+impl InputNorm {
+    /// A norm of f32 scale `weight` (`[H]`, on the CPU) and `eps`.
+    pub fn new(weight: &[f32], eps: f32) -> Result<InputNorm> {
+        Ok(InputNorm {
+            weight: Tensor::from_f32(weight, &[weight.len()], DType::F32)?,
+            eps,
+        })
+    }
+}
+
 impl ExpertInput {
     /// Whether both read `x` and weights scale outputs.
     pub fn is_plain(&self) -> bool {
@@ -128,6 +138,24 @@ impl ExpertInput {
             })
         };
         Ok((norm(&self.router_norm)?, norm(&self.expert_norm)?))
+    }
+}
+
+impl ExpertInput {
+    /// The routed experts' input and routing for their input `xe` (from
+    /// [`inputs_on`](Self::inputs_on)): `xe` and `routing` themselves, or
+    /// with [`weight_before`](Self::weight_before) [`weight_input_on`]'s.
+    pub fn experts_on<'a>(
+        &self,
+        backend: Backend,
+        xe: &'a Tensor,
+        routing: &'a Routing,
+    ) -> Result<(Cow<'a, Tensor>, Cow<'a, Routing>)> {
+        if !self.weight_before {
+            return Ok((Cow::Borrowed(xe), Cow::Borrowed(routing)));
+        }
+        let (xw, rw) = weight_input_on(backend, xe, routing)?;
+        Ok((Cow::Owned(xw), Cow::Owned(rw)))
     }
 }
 
@@ -221,10 +249,7 @@ mod tests {
             "{err}"
         );
         let bad = ExpertInput {
-            router_norm: Some(InputNorm {
-                weight: Tensor::from_f32(&[1.0; 3], &[3], DType::F32).unwrap(),
-                eps: 1e-6,
-            }),
+            router_norm: Some(InputNorm::new(&[1.0; 3], 1e-6).unwrap()),
             ..Default::default()
         };
         let err = bad.check(4, 1, Device::Cpu).unwrap_err().to_string();

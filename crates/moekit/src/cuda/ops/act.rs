@@ -86,6 +86,15 @@ pub fn instances() -> Vec<(&'static Source, String)> {
         .collect()
 }
 
+/// A grid-stride launch over `total` elements (at most [`MAX_BLOCKS`] blocks).
+fn grid_stride(total: usize) -> Geometry {
+    Geometry {
+        grid: (total.div_ceil(THREADS).min(MAX_BLOCKS) as u32, 1, 1),
+        block: (THREADS as u32, 1, 1),
+        shared: 0,
+    }
+}
+
 /// Checks that `t` is an f32 tensor of `shape` on `device`.
 fn check_f32(
     op: &'static str,
@@ -123,11 +132,7 @@ pub fn row_bias_add(y: &Tensor, bias: &Tensor) -> Result<()> {
         rows: rows as u64,
         n: n as u64,
     };
-    let geo = Geometry {
-        grid: (total.div_ceil(THREADS).min(MAX_BLOCKS) as u32, 1, 1),
-        block: (THREADS as u32, 1, 1),
-        shared: 0,
-    };
+    let geo = grid_stride(total);
     // SAFETY: y holds rows·n elements of T and bias n f32 on one device
     // (checked); the kernel touches indices < rows·n of y and < n of bias.
     unsafe { launch(&dev, &SRC, &format!("moekit::row_bias<{t}>"), geo, p, OP) }
@@ -212,13 +217,7 @@ pub fn weight_rows_into(x: &Tensor, weights: &Tensor, out: &Tensor, ones: &Tenso
     check_f32(OP, "weights", weights, &[rows, 1], x.device())?;
     check_f32(OP, "ones", ones, &[rows, 1], x.device())?;
     check_out(OP, out, x.dtype(), x.shape())?;
-    ensure(
-        out.device() == x.device(),
-        OP,
-        "out",
-        format!("on {}", x.device()),
-        out.device(),
-    )?;
+    super::check_same_device(OP, out, &dev)?;
     let total = rows * n;
     ensure(n > 0 || rows == 0, OP, "x", "H > 0", n)?;
     if total == 0 {
@@ -232,11 +231,7 @@ pub fn weight_rows_into(x: &Tensor, weights: &Tensor, out: &Tensor, ones: &Tenso
         rows: rows as u64,
         n: n as u64,
     };
-    let geo = Geometry {
-        grid: (total.div_ceil(THREADS).min(MAX_BLOCKS) as u32, 1, 1),
-        block: (THREADS as u32, 1, 1),
-        shared: 0,
-    };
+    let geo = grid_stride(total);
     // SAFETY: x and out hold rows·n elements of T, weights and ones rows f32,
     // on one device (checked); the kernel touches indices < rows·n and < rows.
     unsafe { launch(&dev, &SRC, &format!("moekit::weight_rows<{t}>"), geo, p, OP) }
@@ -285,18 +280,13 @@ pub fn swiglu_into(gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
         out.device(),
     )?;
     let n = gate.numel();
-    let blocks = n.div_ceil(THREADS).min(MAX_BLOCKS);
     let p = SwigluParams {
         gate: gb.ptr(),
         up: up.cuda_bytes()?.ptr(),
         out: out.cuda_bytes()?.ptr(),
         n: n as u64,
     };
-    let geo = Geometry {
-        grid: (blocks as u32, 1, 1),
-        block: (THREADS as u32, 1, 1),
-        shared: 0,
-    };
+    let geo = grid_stride(n);
     // SAFETY: gate, up and out are device tensors of n elements of T on one
     // device (checked); the kernel touches indices < n only.
     unsafe { launch(&dev, &SRC, &format!("moekit::swiglu<{t}>"), geo, p, OP) }

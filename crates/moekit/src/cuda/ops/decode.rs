@@ -668,6 +668,8 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         // Every gate/up block routes: worth it only while they all run in
         // one wave (2 an SM), each paying the routing once (H100: qwen3
         // T = 1 40.9 → 38.9 µs; Mixtral's 2 688 blocks 124 → 135 µs).
+        // A weight-before block's gate/up epilogue reads p.weights, which
+        // only the publishing block of a folded routing writes: not folded.
         fold_route: (mma
             && !p.ffn.input.weight_before
             && folds(t, e, k, plan.route_warps)

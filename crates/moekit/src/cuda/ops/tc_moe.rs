@@ -17,7 +17,6 @@ use crate::format::{QuantWeights, WeightFormat};
 use crate::ops::act::GateUp;
 use crate::ops::ffn::ExpertFfn;
 use crate::ops::gather_mm::qmm_on;
-use crate::ops::input::weight_input_on;
 use crate::ops::parts::MoeBlockParts;
 use crate::ops::permute::unpermute_on;
 use crate::ops::route::{route_on, Routing};
@@ -189,12 +188,8 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         super::act::row_bias_add(&logits, b)?;
     }
     let routing = route_on(Backend::Cuda, &logits, &p.router)?;
-    let out = if input.weight_before {
-        let (xw, rw) = weight_input_on(Backend::Cuda, &xe, &routing)?;
-        run_experts(&p.gate_up, &p.down, &p.ffn, &xw, &rw, out)?
-    } else {
-        run_experts(&p.gate_up, &p.down, &p.ffn, &xe, &routing, out)?
-    };
+    let (xw, rw) = input.experts_on(Backend::Cuda, &xe, &routing)?;
+    let out = run_experts(&p.gate_up, &p.down, &p.ffn, &xw, &rw, out)?;
     if let Some(s) = &p.shared {
         let sa = Tensor::uninit_on(x.dtype(), &[t, s.gate_up.intermediate()], x.device())?;
         tc_gemm::swiglu_into(x, &s.gate_up, TcRows::Single, &sa)?;

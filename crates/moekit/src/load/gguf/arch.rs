@@ -193,7 +193,6 @@ impl ArchRule {
             // ernie4-5-moe.cpp: softmax, norm_w, optional exp_probs_b (the
             // selection only), a plain shared expert iff n_ff_shexp > 0.
             "ernie4_5-moe" => ArchRule {
-                style: Style::Grouped,
                 bias: Need::Optional,
                 ..softmax(true, Style::Grouped, SharedRule::PlainIfLength)
             },
@@ -208,7 +207,6 @@ impl ArchRule {
             // GEGLU (tanh GELU); the router's and the experts' own norms.
             "gemma4" => ArchRule {
                 glu: GluAct::GeluTanh,
-                style: Style::Gemma4,
                 input: InputRule::Gemma4,
                 ..softmax(true, Style::Gemma4, SharedRule::None)
             },
@@ -645,10 +643,7 @@ fn expert_input(file: &GgufFile, arch: &str, fam: &ArchRule, layer: usize) -> Re
                     .into_iter()
                     .map(|w| w * scale)
                     .collect();
-                Ok(InputNorm {
-                    weight: crate::Tensor::from_f32(&v, &[h], crate::DType::F32)?,
-                    eps,
-                })
+                InputNorm::new(&v, eps)
             };
             ExpertInput {
                 router_norm: Some(norm("ffn_gate_inp.scale", 1.0 / (h as f32).sqrt())?),

@@ -10,6 +10,27 @@ use crate::error::Result;
 use crate::format::{QuantWeights, WeightFormat};
 use crate::tensor::{Bytes, Tensor};
 
+/// The dtype of `name`, checked to be a float `[E, rows, cols]`; `why`
+/// explains the expected shape in the error.
+fn float_tensor(
+    ck: &SafetensorsCheckpoint,
+    name: &str,
+    [e, rows, cols]: [usize; 3],
+    why: impl FnOnce() -> String,
+) -> Result<DType> {
+    let (d, got) = ck.info(name)?;
+    if !d.is_float() || got != [e, rows, cols] {
+        return Err(ck.bad(
+            name,
+            format!(
+                "{d} {got:?}, expected a float [{e}, {rows}, {cols}] ({})",
+                why()
+            ),
+        ));
+    }
+    Ok(d)
+}
+
 /// A Hugging Face fused expert tensor `name` (a float `[E, rows, cols]`,
 /// stored as it is: these files are not mlx-quantized).
 pub(super) fn fused_dense(
@@ -18,19 +39,15 @@ pub(super) fn fused_dense(
     [e, rows, cols]: [usize; 3],
     k: &Keys,
 ) -> Result<QuantWeights> {
-    let (d, got) = ck.info(name)?;
-    if !d.is_float() || got != [e, rows, cols] {
-        return Err(ck.bad(
-            name,
-            format!(
-                "{d} {got:?}, expected a float [{e}, {rows}, {cols}] (experts `{}` = {e}, rows {} = {rows}, columns {} = {cols} in {})",
-                ck.cfg.keys.experts,
-                k.rows,
-                k.cols,
-                ck.dir.join("config.json").display()
-            ),
-        ));
-    }
+    let d = float_tensor(ck, name, [e, rows, cols], || {
+        format!(
+            "experts `{}` = {e}, rows {} = {rows}, columns {} = {cols} in {}",
+            ck.cfg.keys.experts,
+            k.rows,
+            k.cols,
+            ck.dir.join("config.json").display()
+        )
+    })?;
     QuantWeights::new(
         WeightFormat::Dense(d),
         e,
@@ -43,44 +60,68 @@ pub(super) fn fused_dense(
     .map_err(|err| ck.bad(name, err))
 }
 
-/// Hugging Face transposed experts: `name` a float `[E, rows_in, cols_in]`;
-/// returns the matrices `[E, n, rows_in]` of its columns `col0 + r · stride`
-/// (`r < n`), transposed (copied): stride 2 takes one of two interleaved
-/// halves (gpt-oss), stride 1 a contiguous one (Llama-4).
+/// How the columns of a transposed tensor are split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Columns {
+    /// One matrix (down).
+    Whole,
+    /// Gate columns, then up columns (Llama-4).
+    Halves,
+    /// Gate and up columns interleaved, gate first (gpt-oss).
+    Interleaved,
+}
+
+/// Hugging Face transposed experts: `name` a float `[E, a, b]`, read once;
+/// returns its columns as matrices `[E, n, a]` (transposed, copied): the
+/// whole tensor (n = b), or gate and up (n = b / 2) as `columns` says.
 pub(super) fn transposed_dense(
     ck: &SafetensorsCheckpoint,
     name: &str,
     [e, a, b]: [usize; 3],
-    col0: usize,
-    n: usize,
-    stride: usize,
-) -> Result<QuantWeights> {
-    let (d, got) = ck.info(name)?;
-    if !d.is_float() || got != [e, a, b] || n == 0 || col0 + (n - 1) * stride >= b {
+    columns: Columns,
+) -> Result<Vec<QuantWeights>> {
+    let d = float_tensor(ck, name, [e, a, b], || {
+        format!(
+            "`{}` = {e}; Hugging Face stores these experts transposed",
+            ck.cfg.keys.experts
+        )
+    })?;
+    let src = ck.raw(name)?;
+    let sz = d.size();
+    if src.len() != e * a * b * sz {
         return Err(ck.bad(
             name,
-            format!(
-                "{d} {got:?}, expected a float [{e}, {a}, {b}] (`{}` = {e}; Hugging Face stores these experts transposed)",
-                ck.cfg.keys.experts
-            ),
+            format!("{} bytes for {e}·{a}·{b} values of {d}", src.len()),
         ));
     }
-    let t = ck.load(name)?;
-    let src = t.bytes()?;
-    let sz = d.size();
-    let mut out = vec![0u8; e * n * a * sz];
-    for x in 0..e {
-        for r in 0..n {
-            for c in 0..a {
-                let from = ((x * a + c) * b + col0 + r * stride) * sz;
-                let to = ((x * n + r) * a + c) * sz;
-                out[to..to + sz].copy_from_slice(&src[from..from + sz]);
+    // Part p's column r is stored column col0(p) + r · stride.
+    let (parts, n, stride) = match columns {
+        Columns::Whole => (1, b, 1),
+        Columns::Halves => (2, b / 2, 1),
+        Columns::Interleaved => (2, b / 2, 2),
+    };
+    (0..parts)
+        .map(|part| {
+            let col0 = if columns == Columns::Halves {
+                part * n
+            } else {
+                part
+            };
+            let mut out = vec![0u8; e * n * a * sz];
+            for x in 0..e {
+                for r in 0..n {
+                    for c in 0..a {
+                        let from = ((x * a + c) * b + col0 + r * stride) * sz;
+                        let to = ((x * n + r) * a + c) * sz;
+                        out[to..to + sz].copy_from_slice(&src[from..from + sz]);
+                    }
+                }
             }
-        }
-    }
-    let data = Tensor::from_bytes(d, &[e, n, a], Bytes::copy_from(&out))?;
-    QuantWeights::new(WeightFormat::Dense(d), e, n, a, data, None, None)
-        .map_err(|err| ck.bad(name, err))
+            let data = Tensor::from_bytes(d, &[e, n, a], Bytes::copy_from(&out))?;
+            QuantWeights::new(WeightFormat::Dense(d), e, n, a, data, None, None)
+                .map_err(|err| ck.bad(name, err))
+        })
+        .collect()
 }
 
 /// `{name}_blocks` (u8 `[E, rows, cols / 32, 16]`) and `{name}_scales` (u8

@@ -31,7 +31,7 @@
 
 use super::config::ModelConfig;
 use super::fp8::{self, Fp8Part};
-use super::hf_experts::{fused_dense, mxfp4_blocks, transposed_dense};
+use super::hf_experts::{fused_dense, mxfp4_blocks, transposed_dense, Columns};
 use super::SafetensorsCheckpoint;
 use crate::dtype::DType;
 use crate::error::{invalid, unsupported, Result};
@@ -445,12 +445,6 @@ fn gemma4_parts(ck: &SafetensorsCheckpoint, p: &str, eps: f32) -> Result<(Expert
         .map(|s| s * root)
         .collect();
     let rounded = Tensor::from_f32(&scaled, &[h], d)?.to_f32_vec()?;
-    let norm = |v: Vec<f32>| -> Result<InputNorm> {
-        Ok(InputNorm {
-            weight: Tensor::from_f32(&v, &[h], DType::F32)?,
-            eps,
-        })
-    };
     let pre2 = vector(
         ck,
         &format!("{p}.pre_feedforward_layernorm_2.weight"),
@@ -465,8 +459,8 @@ fn gemma4_parts(ck: &SafetensorsCheckpoint, p: &str, eps: f32) -> Result<(Expert
     )?;
     Ok((
         ExpertInput {
-            router_norm: Some(norm(rounded)?),
-            expert_norm: Some(norm(pre2)?),
+            router_norm: Some(InputNorm::new(&rounded, eps)?),
+            expert_norm: Some(InputNorm::new(&pre2, eps)?),
             weight_before: false,
         },
         per_expert,
@@ -538,9 +532,9 @@ pub(super) fn build(
     let router_part = part(ck, &router_module, None, e, h, &router_keys)?;
     let router_weight = weights(ck, &router_part, 1, e, h)?;
     let mut kind = c.router.clone();
-    let has_bias = ck.get(&format!("{p}.{}", c.names.bias)).is_some();
     if let RouterKind::Grouped { bias: b, .. } = &mut kind {
-        if c.needs_bias || (c.bias_if_present && has_bias) {
+        let present = || ck.get(&format!("{p}.{}", c.names.bias)).is_some();
+        if c.needs_bias || (c.bias_if_present && present()) {
             *b = Some(bias(ck, &p, e)?);
         }
     }
@@ -590,12 +584,24 @@ pub(super) fn build(
             (GateUp::fused(w)?, d)
         }
         Experts::Transposed(gu, dn, interleaved) => {
-            let gu = format!("{p}.{gu}");
-            let (up0, stride) = if interleaved { (1, 2) } else { (i, 1) };
-            let gate = transposed_dense(ck, &gu, [e, h, 2 * i], 0, i, stride)?;
-            let up = transposed_dense(ck, &gu, [e, h, 2 * i], up0, i, stride)?;
+            let split = if interleaved {
+                Columns::Interleaved
+            } else {
+                Columns::Halves
+            };
+            let [gate, up] = to_n(transposed_dense(
+                ck,
+                &format!("{p}.{gu}"),
+                [e, h, 2 * i],
+                split,
+            )?)?;
             tick();
-            let down = transposed_dense(ck, &format!("{p}.{dn}"), [e, i, h], 0, h, 1)?;
+            let [down] = to_n(transposed_dense(
+                ck,
+                &format!("{p}.{dn}"),
+                [e, i, h],
+                Columns::Whole,
+            )?)?;
             tick();
             (GateUp::separate(gate, up)?, down)
         }
