@@ -25,7 +25,8 @@
 //!   `MOEKIT_CPU_ACT=f32` ([`cpu::ACT_ENV`]) keep f32 activations,
 //!   `MOEKIT_CPU_ACT=q8` takes the integer kernels for every format. The kernels' instruction set (portable, AVX2, AVX-VNNI,
 //!   AVX512-VNNI) is detected at run time ([`cpu::simd_level`]) and capped
-//!   by `MOEKIT_CPU_LEVEL`.
+//!   by `MOEKIT_CPU_LEVEL`; the x86 kernels prefetch their weight rows
+//!   [`cpu::prefetch_distance`] bytes ahead (`MOEKIT_CPU_PREFETCH`, 0: off).
 //! * Core types: [`Tensor`], [`DType`], [`Device`], [`Error`].
 //! * Building blocks from your own tensors: [`format`](mod@format) ([`WeightFormat`],
 //!   [`QuantWeights`], the MLX affine quantizer [`format::affine::quantize`]

@@ -8,4 +8,7 @@ pub(crate) mod fast;
 mod level;
 pub(crate) mod reference;
 
-pub use level::{act_mode, simd_level, with_act_mode, ActMode, SimdLevel, ACT_ENV, LEVEL_ENV};
+pub use level::{
+    act_mode, prefetch_distance, simd_level, with_act_mode, ActMode, SimdLevel, ACT_ENV, LEVEL_ENV,
+    PREFETCH_DEFAULT, PREFETCH_ENV,
+};

@@ -512,6 +512,30 @@ mod tests {
         }
     }
 
+    /// Every e4m3 byte through a level's lanes, bit for bit as
+    /// `e4m3_to_f32` (NaN codes: any NaN).
+    fn e4m3_lanes_are_exact<V: Simd>() {
+        use simd::{F8Ops, U8Ops};
+        for b0 in (0..=255u8).step_by(8) {
+            let b: [u8; 8] = std::array::from_fn(|i| b0 + i as u8);
+            let got = V::enter(|| V::U8::bytes(&b).e4m3().to_array());
+            for (&code, got) in b.iter().zip(got) {
+                let want = crate::format::mlxfp::e4m3_to_f32(code);
+                let same = got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
+                assert!(same, "{code:#04x}: {got:e} vs {want:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn e4m3_lanes_are_exact_at_every_level() {
+        e4m3_lanes_are_exact::<Portable>();
+        #[cfg(target_arch = "x86_64")]
+        if SimdLevel::Avx2.is_supported() {
+            e4m3_lanes_are_exact::<Avx2>();
+        }
+    }
+
     #[test]
     fn bf16_widen_is_exact() {
         for b in (0..=u16::MAX).step_by(7) {

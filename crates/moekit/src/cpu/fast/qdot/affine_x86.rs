@@ -19,7 +19,8 @@
 
 use super::affine::{drive, tail_blocks, Scale, ScaleType};
 use super::x86::{
-    fma_lanes, load256, nibbles, splat2x4, to_array, zero, Avx2, Avx512Vnni, AvxVnni, Dot,
+    fma_lanes, load256, nibbles, prefetch_at, prefetch_span, splat2x4, to_array, zero, Avx2,
+    Avx512Vnni, AvxVnni, Dot,
 };
 use super::ymm::{scale_lanes, to_array4};
 use super::{chunk, Acc, QRow, Rows, Run, RUN};
@@ -101,6 +102,7 @@ fn lanes_ymm<D: Dot, const R: usize>(
     // SAFETY: no memory is accessed; the level was detected.
     let mut off = [unsafe { _mm_setzero_ps() }; R];
     for (g, run) in row.chunks_exact(64).enumerate() {
+        prefetch_at(run, 0, 64);
         for (p, two) in run.chunks_exact(32).enumerate() {
             let (lo, hi) = nibbles(load256(two.try_into().ok()?));
             // Stored even halves of blocks 4g + 2p, 4g + 2p + 1.
@@ -215,6 +217,7 @@ fn lanes_zmm<const R: usize>(
     let mut off = [zo; R];
     for (g, run) in row.chunks_exact(64).enumerate() {
         let run: &[u8; 64] = run.try_into().ok()?;
+        prefetch_span(run);
         // SAFETY: `run` is 64 readable bytes; the level was detected.
         let (lo, hi) = unsafe {
             let x = _mm512_loadu_si512(run.as_ptr().cast());

@@ -26,8 +26,8 @@
 
 use super::portable::{q4_0_lanes, q8_0_lanes};
 use super::x86::{
-    acc_of, f16_pair, fma_lanes, k4_mins, k4_scales16, load256, splat, zero, Avx512Vnni, Dot,
-    SCALE_SHUF,
+    acc_of, f16_pair, fma_lanes, k4_mins, k4_scales16, load256, prefetch_span, splat, zero,
+    Avx512Vnni, Dot, SCALE_SHUF,
 };
 use super::ymm::{tail_finish, to_array4};
 use super::{add_offset, chunk, each_row, finish, offsets, run_rows, Acc, QRow, Rows, Run, RUN};
@@ -223,7 +223,7 @@ fn q4_0<const R: usize>(
             let mut off = [zo; R];
             for (g, run) in row.chunks_exact(RUN * BS).enumerate() {
                 let run: &[u8; RUN * BS] = run.try_into().ok()?;
-                prefetch(run, PREFETCH);
+                prefetch_span(run);
                 // SAFETY: bytes 0..64 and 8..72 of the 72-byte run; the level
                 // was detected.
                 let (lo, hi, w) = unsafe {
@@ -300,20 +300,6 @@ fn q4_0<const R: usize>(
             Some(())
         },
     )
-}
-
-/// How far ahead of the bytes being dotted the kernels prefetch.
-pub(super) const PREFETCH: usize = 1024;
-
-/// Prefetches the cache line `ahead` bytes past the start of `v` (to L1).
-/// A hint: the address may lie past the row (the instruction never
-/// faults; the pointer is only computed, with wrapping arithmetic).
-#[inline(always)]
-pub(super) fn prefetch<T>(v: &[T], ahead: usize) {
-    let p = v.as_ptr().cast::<i8>().wrapping_add(ahead);
-    // SAFETY: `prefetcht0` reads nothing architecturally and never faults;
-    // the level was detected.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(p) }
 }
 
 /// `[s0 ×4, s1 ×4, s2 ×4, s3 ×4]`.
@@ -400,6 +386,7 @@ fn q8_0<const R: usize>(
             let mut acc = [[z; 2]; R];
             for (g, run) in row.chunks_exact(RUN * BS).enumerate() {
                 let run: &[u8; RUN * BS] = run.try_into().ok()?;
+                prefetch_span(run);
                 // SAFETY: bytes 0..64, 64..128 and 72..136 of the 136-byte
                 // run; the level was detected.
                 let (u, w) = unsafe {
@@ -519,6 +506,7 @@ fn q4_k<const R: usize>(
             let mut off = [[0f32; RUN]; R];
             for (b, blk) in row.chunks_exact(BS).enumerate() {
                 let blk: &[u8; BS] = blk.try_into().ok()?;
+                prefetch_span(blk);
                 let (sc16, m) = k4_scales16(blk);
                 let (d, dmin) = f16_pair(blk);
                 // Two integer accumulators (even and odd chunks) per row: two

@@ -22,7 +22,42 @@
 
 use super::{block_scales, chunk, Acc, RUN};
 use crate::cpu::fast::dot::k4_scales_mins;
+use crate::cpu::prefetch_distance;
 use std::arch::x86_64::*;
+
+/// Prefetches (to L1) every cache line of the `len` bytes from byte `at`
+/// of `v`, shifted [`prefetch_distance`] bytes on (at T = 1 the hardware
+/// prefetchers alone leave a core short of the memory's rate; see
+/// [`PREFETCH_DEFAULT`](crate::cpu::PREFETCH_DEFAULT)): called once per block or run a
+/// kernel reads, it asks for the row's bytes that far before they are read
+/// (the next row's where the run ends a row; past the last row, lines
+/// nobody reads). A hint: the addresses are only computed (wrapping
+/// arithmetic), and `prefetcht0` never faults.
+#[inline(always)]
+pub(super) fn prefetch_at<T>(v: &[T], at: usize, len: usize) {
+    let d = prefetch_distance();
+    if d == 0 || len == 0 {
+        return;
+    }
+    let p = v.as_ptr().cast::<i8>().wrapping_add(at + d);
+    let mut o = 0;
+    while o < len {
+        // SAFETY: `prefetcht0` reads nothing architecturally and never
+        // faults (SSE, present on every x86-64).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o)) };
+        o += 64;
+    }
+    if len % 64 != 0 {
+        // SAFETY: as above.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(len - 1)) };
+    }
+}
+
+/// [`prefetch_at`] of all of `v`.
+#[inline(always)]
+pub(super) fn prefetch_span<T, const N: usize>(v: &[T; N]) {
+    prefetch_at(v, 0, std::mem::size_of::<T>() * N);
+}
 
 /// How a level multiplies and adds bytes, and the compiled context its
 /// kernels run in.
