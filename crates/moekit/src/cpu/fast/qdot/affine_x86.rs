@@ -19,8 +19,8 @@
 
 use super::affine::{drive, tail_blocks, Scale, ScaleType};
 use super::x86::{
-    fma_lanes, load256, nibbles, prefetch_at, prefetch_span, splat2x4, to_array, zero, Avx2,
-    Avx512Vnni, AvxVnni, Dot,
+    fma_lanes, load256, nibbles, prefetch_at, prefetch_distance, prefetch_span, splat2x4, to_array,
+    zero, Avx2, Avx512Vnni, AvxVnni, Dot,
 };
 use super::ymm::{scale_lanes, to_array4};
 use super::{chunk, Acc, QRow, Rows, Run, RUN};
@@ -101,8 +101,9 @@ fn lanes_ymm<D: Dot, const R: usize>(
     let mut acc = [[[zero(); 2]; 2]; R];
     // SAFETY: no memory is accessed; the level was detected.
     let mut off = [unsafe { _mm_setzero_ps() }; R];
+    let pf = prefetch_distance();
     for (g, run) in row.chunks_exact(64).enumerate() {
-        prefetch_at(run, 0, 64);
+        prefetch_at(run, 0, 64, pf);
         for (p, two) in run.chunks_exact(32).enumerate() {
             let (lo, hi) = nibbles(load256(two.try_into().ok()?));
             // Stored even halves of blocks 4g + 2p, 4g + 2p + 1.
@@ -215,9 +216,10 @@ fn lanes_zmm<const R: usize>(
     let (z, zo) = unsafe { (_mm512_setzero_ps(), _mm_setzero_ps()) };
     let mut acc = [[z; 2]; R];
     let mut off = [zo; R];
+    let pf = prefetch_distance();
     for (g, run) in row.chunks_exact(64).enumerate() {
         let run: &[u8; 64] = run.try_into().ok()?;
-        prefetch_span(run);
+        prefetch_span(run, pf);
         // SAFETY: `run` is 64 readable bytes; the level was detected.
         let (lo, hi) = unsafe {
             let x = _mm512_loadu_si512(run.as_ptr().cast());

@@ -26,8 +26,8 @@
 
 use super::portable::{q4_0_lanes, q8_0_lanes};
 use super::x86::{
-    acc_of, f16_pair, fma_lanes, k4_mins, k4_scales16, load256, prefetch_span, splat, zero,
-    Avx512Vnni, Dot, SCALE_SHUF,
+    acc_of, f16_pair, fma_lanes, k4_mins, k4_scales16, load256, prefetch_distance, prefetch_span,
+    splat, zero, Avx512Vnni, Dot, SCALE_SHUF,
 };
 use super::ymm::{tail_finish, to_array4};
 use super::{add_offset, chunk, each_row, finish, offsets, run_rows, Acc, QRow, Rows, Run, RUN};
@@ -209,6 +209,7 @@ fn q4_0<const R: usize>(
     let nb = row_len / BS;
     let rows = Rows::new(acts, nb, false)?;
     let (qs_idx, d_idx) = (load512(&Q4_0_QS), load512(&Q4_0_D));
+    let pf = prefetch_distance();
     each_row::<R>(
         bytes,
         row_len,
@@ -223,7 +224,7 @@ fn q4_0<const R: usize>(
             let mut off = [zo; R];
             for (g, run) in row.chunks_exact(RUN * BS).enumerate() {
                 let run: &[u8; RUN * BS] = run.try_into().ok()?;
-                prefetch_span(run);
+                prefetch_span(run, pf);
                 // SAFETY: bytes 0..64 and 8..72 of the 72-byte run; the level
                 // was detected.
                 let (lo, hi, w) = unsafe {
@@ -373,6 +374,7 @@ fn q8_0<const R: usize>(
     let rows = Rows::new(acts, nb, true)?;
     let qs_idx = [load512(&Q8_0_QS[0]), load512(&Q8_0_QS[1])];
     let d_idx = load512(&Q8_0_D);
+    let pf = prefetch_distance();
     each_row::<R>(
         bytes,
         row_len,
@@ -386,7 +388,7 @@ fn q8_0<const R: usize>(
             let mut acc = [[z; 2]; R];
             for (g, run) in row.chunks_exact(RUN * BS).enumerate() {
                 let run: &[u8; RUN * BS] = run.try_into().ok()?;
-                prefetch_span(run);
+                prefetch_span(run, pf);
                 // SAFETY: bytes 0..64, 64..128 and 72..136 of the 136-byte
                 // run; the level was detected.
                 let (u, w) = unsafe {
@@ -495,6 +497,7 @@ fn q4_k<const R: usize>(
         scale_pattern(2),
         scale_pattern(3),
     ];
+    let pf = prefetch_distance();
     each_row::<R>(
         bytes,
         row_len,
@@ -506,7 +509,7 @@ fn q4_k<const R: usize>(
             let mut off = [[0f32; RUN]; R];
             for (b, blk) in row.chunks_exact(BS).enumerate() {
                 let blk: &[u8; BS] = blk.try_into().ok()?;
-                prefetch_span(blk);
+                prefetch_span(blk, pf);
                 let (sc16, m) = k4_scales16(blk);
                 let (d, dmin) = f16_pair(blk);
                 // Two integer accumulators (even and odd chunks) per row: two

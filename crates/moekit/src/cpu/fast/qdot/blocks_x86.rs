@@ -29,7 +29,8 @@ use super::blocks::{
     bytes32, lanes32, row_scales, Block32, SuperBlock, Q2_K, Q3_K, Q4_1, Q5_0, Q5_1, Q5_K, Q6_K,
 };
 use super::x86::{
-    self, acc_of, fma_lanes, load256, load_x16, prefetch_at, splat, Avx2, Avx512Vnni, AvxVnni, Dot,
+    self, acc_of, fma_lanes, load256, load_x16, prefetch_at, prefetch_distance, splat, Avx2,
+    Avx512Vnni, AvxVnni, Dot,
 };
 use super::ymm::scale_lanes;
 use super::{
@@ -303,6 +304,7 @@ fn blocks32<B: Block32X86, D: Dot, const R: usize>(
 ) -> Option<()> {
     let nb = row_len / B::BS;
     let rows = Rows::new(acts, nb, true)?;
+    let pf = prefetch_distance();
     each_row::<R>(
         bytes,
         row_len,
@@ -320,7 +322,7 @@ fn blocks32<B: Block32X86, D: Dot, const R: usize>(
             )?;
             let mut acc = [[super::x86::zero(); RUN]; R];
             for (g, run) in row.chunks_exact(RUN * B::BS).enumerate() {
-                prefetch_at(run, 0, RUN * B::BS);
+                prefetch_at(run, 0, RUN * B::BS, pf);
                 for (k, blk) in run.chunks_exact(B::BS).enumerate() {
                     let b = RUN * g + k;
                     // SAFETY: b < nb and `st` holds R·nb scales.
@@ -386,6 +388,7 @@ fn super_blocks<B: SuperBlockX86, D: Dot, const R: usize>(
 ) -> Option<()> {
     let nb = row_len / B::BS;
     let rows = Rows::new(acts, nb, false)?;
+    let pf = prefetch_distance();
     each_row::<R>(
         bytes,
         row_len,
@@ -396,7 +399,7 @@ fn super_blocks<B: SuperBlockX86, D: Dot, const R: usize>(
             let mut acc = [[super::x86::zero(); RUN]; R];
             let mut off = [[0f32; RUN]; R];
             for (b, blk) in row.chunks_exact(B::BS).enumerate() {
-                prefetch_at(blk, 0, B::BS);
+                prefetch_at(blk, 0, B::BS, pf);
                 let meta = B::meta(blk)?;
                 // SAFETY: `meta.sc` is 32 readable bytes; the level was
                 // detected.

@@ -36,8 +36,8 @@
 use super::avx512::{fma16, load512, pow_mul, spread_x4, to_array16};
 use super::codebook::{drive, tail, CbRow, Codebook};
 use super::x86::{
-    fma_lanes, load256, nibbles, prefetch_at, splat2x4, to_array, widen8_f16c, zero, Avx2,
-    Avx512Vnni, AvxVnni, Dot,
+    fma_lanes, load256, nibbles, prefetch_at, prefetch_distance, splat2x4, to_array, widen8_f16c,
+    zero, Avx2, Avx512Vnni, AvxVnni, Dot,
 };
 use super::ymm::scale_lanes;
 use super::{chunk, Acc, QRow, Rows, Run, RUN};
@@ -212,8 +212,9 @@ fn body_ymm<B: Codebook, D: Dot, const R: usize>(
     let tbl = unsafe { _mm256_broadcastsi128_si256(table128::<B>(0)) };
     // acc[t][p][h]: pair p of the run, lanes 4h..4h + 4 of its blocks.
     let mut acc = [[[zero(); 2]; 2]; R];
+    let pf = prefetch_distance();
     for g in 0..nb / RUN {
-        prefetch_at(row.qs, B::qs_at(RUN * g), B::qs_at(RUN) - B::qs_at(0));
+        prefetch_at(row.qs, B::qs_at(RUN * g), B::qs_at(RUN) - B::qs_at(0), pf);
         for p in 0..2 {
             let b0 = RUN * g + 2 * p;
             let (lo, hi) = nibbles(qs_pair::<B>(row.qs, b0));
@@ -340,8 +341,9 @@ fn body_zmm<B: Codebook, const R: usize>(
     };
     // acc[t][h]: lanes 4k + i are lanes 4h + i of block k of the run.
     let mut acc = [[z; 2]; R];
+    let pf = prefetch_distance();
     for g in 0..nb / RUN {
-        prefetch_at(row.qs, B::qs_at(RUN * g), B::qs_at(RUN) - B::qs_at(0));
+        prefetch_at(row.qs, B::qs_at(RUN * g), B::qs_at(RUN) - B::qs_at(0), pf);
         let q = qs_run::<B>(row.qs, g, idx);
         // The values plus 128, unsigned.
         // SAFETY: no memory is accessed; the level was detected.

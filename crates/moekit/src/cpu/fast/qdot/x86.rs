@@ -22,21 +22,23 @@
 
 use super::{block_scales, chunk, Acc, RUN};
 use crate::cpu::fast::dot::k4_scales_mins;
-use crate::cpu::prefetch_distance;
+pub(super) use crate::cpu::prefetch_distance;
 use std::arch::x86_64::*;
 
-/// Prefetches (to L1) every cache line of the `len` bytes from byte `at`
-/// of `v`, shifted [`prefetch_distance`] bytes on (at T = 1 the hardware
-/// prefetchers alone leave a core short of the memory's rate; see
-/// [`PREFETCH_DEFAULT`](crate::cpu::PREFETCH_DEFAULT)): called once per block or run a
-/// kernel reads, it asks for the row's bytes that far before they are read
-/// (the next row's where the run ends a row; past the last row, lines
-/// nobody reads). A hint: the addresses are only computed (wrapping
-/// arithmetic), and `prefetcht0` never faults.
+/// Prefetches (to L1) the cache lines at every 64 bytes of the `len`
+/// bytes from byte `at` of `v`, shifted `d` bytes on ([`prefetch_distance`],
+/// read once per kernel call; 0: nothing): called once per block or run a
+/// kernel reads, it asks for the row's bytes `d` bytes before they are
+/// read (the next row's where the run ends a row; past the last row, lines
+/// nobody reads). Runs that follow one another in memory leave no gap of
+/// more than 64 bytes between the addresses, so every line of the stream is
+/// asked for. At T = 1 the hardware prefetchers alone leave a core short
+/// of the memory's rate (see [`PREFETCH_DEFAULT`](crate::cpu::PREFETCH_DEFAULT)).
+/// A hint: the addresses are only computed (wrapping arithmetic), and
+/// `prefetcht0` never faults.
 #[inline(always)]
-pub(super) fn prefetch_at<T>(v: &[T], at: usize, len: usize) {
-    let d = prefetch_distance();
-    if d == 0 || len == 0 {
+pub(super) fn prefetch_at<T>(v: &[T], at: usize, len: usize, d: usize) {
+    if d == 0 {
         return;
     }
     let p = v.as_ptr().cast::<i8>().wrapping_add(at + d);
@@ -47,16 +49,12 @@ pub(super) fn prefetch_at<T>(v: &[T], at: usize, len: usize) {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o)) };
         o += 64;
     }
-    if len % 64 != 0 {
-        // SAFETY: as above.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(len - 1)) };
-    }
 }
 
 /// [`prefetch_at`] of all of `v`.
 #[inline(always)]
-pub(super) fn prefetch_span<T, const N: usize>(v: &[T; N]) {
-    prefetch_at(v, 0, std::mem::size_of::<T>() * N);
+pub(super) fn prefetch_span<T, const N: usize>(v: &[T; N], d: usize) {
+    prefetch_at(v, 0, std::mem::size_of::<T>() * N, d);
 }
 
 /// How a level multiplies and adds bytes, and the compiled context its

@@ -26,7 +26,8 @@
 use super::portable::{q4_0_lanes, q8_0_lanes, Lanes};
 use super::x86::{
     acc_of, f16_pair, fma_lanes, group_scale, k4_mins, k4_scales16, load256, load_x16, nibbles,
-    prefetch_at, prefetch_span, q4_0_pair, scales, splat, splat2x4, to_array, zero, Dot,
+    prefetch_at, prefetch_distance, prefetch_span, q4_0_pair, scales, splat, splat2x4, to_array,
+    zero, Dot,
 };
 use super::{
     add_block_scaled, add_offset, chunk, each_row, finish, offsets, run_rows, Acc, QRow, Rows, Run,
@@ -124,6 +125,7 @@ fn q4_0<D: Dot, const R: usize>(
     const BS: usize = 18;
     let nb = row_len / BS;
     let rows = Rows::new(acts, nb, false)?;
+    let pf = prefetch_distance();
     each_row::<R>(
         bytes,
         row_len,
@@ -138,7 +140,7 @@ fn q4_0<D: Dot, const R: usize>(
             // SAFETY: no memory is accessed; the level was detected.
             let mut off = [unsafe { _mm_setzero_ps() }; R];
             for (g, run) in row.chunks_exact(RUN * BS).enumerate() {
-                prefetch_at(run, 0, RUN * BS);
+                prefetch_at(run, 0, RUN * BS, pf);
                 for (p, two) in run.chunks_exact(2 * BS).enumerate() {
                     let (b0, b1) = two.split_at(BS);
                     let (lo, hi) = nibbles(q4_0_pair(b0.try_into().ok()?, b1.try_into().ok()?));
@@ -237,6 +239,7 @@ fn q8_0<D: Dot, const R: usize>(
     const BS: usize = 34;
     let nb = row_len / BS;
     let rows = Rows::new(acts, nb, true)?;
+    let pf = prefetch_distance();
     each_row::<R>(
         bytes,
         row_len,
@@ -247,7 +250,7 @@ fn q8_0<D: Dot, const R: usize>(
             let st = scales::<R, BS, 0>(row, &rows.d, s)?;
             let mut acc = [[zero(); RUN]; R];
             for (g, run) in row.chunks_exact(RUN * BS).enumerate() {
-                prefetch_at(run, 0, RUN * BS);
+                prefetch_at(run, 0, RUN * BS, pf);
                 for (k, blk) in run.chunks_exact(BS).enumerate() {
                     let blk: &[u8; BS] = blk.try_into().ok()?;
                     // SAFETY: bytes 2..34 of the block.
@@ -302,6 +305,7 @@ fn q4_k<D: Dot, const R: usize>(
     const BS: usize = 144;
     let nb = row_len / BS;
     let rows = Rows::new(acts, nb, false)?;
+    let pf = prefetch_distance();
     each_row::<R>(
         bytes,
         row_len,
@@ -313,7 +317,7 @@ fn q4_k<D: Dot, const R: usize>(
             let mut off = [[0f32; RUN]; R];
             for (b, blk) in row.chunks_exact(BS).enumerate() {
                 let blk: &[u8; BS] = blk.try_into().ok()?;
-                prefetch_span(blk);
+                prefetch_span(blk, pf);
                 let (sc16, m) = k4_scales16(blk);
                 let (d, dmin) = f16_pair(blk);
                 // Two integer accumulators (low and high nibbles) per row:
