@@ -208,10 +208,11 @@ pub const PREFETCH_ENV: &str = "MOEKIT_CPU_PREFETCH";
 
 /// [`prefetch_distance`] unless [`PREFETCH_ENV`] sets it. At T = 1 a core
 /// streams its weight rows only as fast as its outstanding cache misses
-/// allow: with the hardware prefetchers alone the integer kernels read a
-/// 2-core Xeon's memory (AVX512-VNNI, 2026-11-28) at 55–75% of the rate a
-/// plain sum reaches, with this prefetch at 85–100% (2048 and 8192 bytes
-/// measured slower on most formats).
+/// allow: on a 2-core Xeon (AVX512-VNNI, 2026-11-28, qwen3-30b-a3b T = 1)
+/// Q4_0 / Q4_K / Q6_K / Q8_0 rows took 2.39 / 2.41 / 2.87 / 3.24 ms with the
+/// hardware prefetchers alone and 1.41 / 1.63 / 2.11 / 2.04 ms with this
+/// prefetch (`bench/results/cpu_2core/qdot/2026-11-28_final`); 1024, 2048
+/// and 8192 bytes measured no better on most of 8 formats.
 pub const PREFETCH_DEFAULT: usize = 4096;
 
 /// How many bytes ahead the CPU integer kernels prefetch ([`PREFETCH_ENV`],

@@ -107,7 +107,9 @@ pub(super) fn transposed_dense(
             } else {
                 part
             };
-            let mut out = vec![0u8; e * n * a * sz];
+            // Written in place: one allocation, no second copy.
+            let mut bytes = Bytes::zeroed(e * n * a * sz);
+            let out = bytes.make_mut();
             for x in 0..e {
                 for r in 0..n {
                     for c in 0..a {
@@ -117,7 +119,7 @@ pub(super) fn transposed_dense(
                     }
                 }
             }
-            let data = Tensor::from_bytes(d, &[e, n, a], Bytes::copy_from(&out))?;
+            let data = Tensor::from_bytes(d, &[e, n, a], bytes)?;
             QuantWeights::new(WeightFormat::Dense(d), e, n, a, data, None, None)
                 .map_err(|err| ck.bad(name, err))
         })
@@ -156,11 +158,15 @@ pub(super) fn mxfp4_blocks(
     (0..parts)
         .map(|which| {
             let pick = |src: &[u8], per: usize| {
-                let mut v = Vec::with_capacity(e * n * per);
-                for r in (0..e * rows).filter(|r| r % parts == which) {
-                    v.extend_from_slice(&src[r * per..(r + 1) * per]);
+                // Row `r` of part `which` goes to the part's next row (e·n of
+                // them: `rows` is 2I when interleaved). `per` is 0 only when
+                // there are no bytes, and then no chunk is written.
+                let mut v = Bytes::zeroed(e * n * per);
+                let rows_out = v.make_mut().chunks_exact_mut(per.max(1));
+                for (o, r) in rows_out.zip((0..e * rows).filter(|r| r % parts == which)) {
+                    o.copy_from_slice(&src[r * per..(r + 1) * per]);
                 }
-                Bytes::copy_from(&v)
+                v
             };
             let data = Tensor::from_bytes(DType::U32, &[e, n, cols / 8], pick(bb, row_b))?;
             let sc = Tensor::from_bytes(DType::U8, &[e, n, row_s], pick(sb, row_s))?;
