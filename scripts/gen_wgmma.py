@@ -13,7 +13,7 @@ import sys
 PATH = pathlib.Path(__file__).resolve().parent.parent / "crates/moekit/kernels/wgmma.cuh"
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 NS = [32, 64, 128, 256]
-RA_NS = [16, 32, 64, 128]
+RA_NS = [16, 32, 64, 128, 256]
 BEGIN, END = "// BEGIN GENERATED (scripts/gen_wgmma.py)\n", "// END GENERATED\n"
 
 

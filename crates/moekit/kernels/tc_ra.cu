@@ -24,13 +24,21 @@
 // fixed by K and the format alone (deterministic and batch-invariant, like
 // every other path).
 //
-// Pipeline, per span s (4 B stages, each BM rows × 128 columns in two
-// 128-byte-swizzled 64-column halves): wait for stage s, barrier, issue
-// stage s + 2; then for each half of the span: wait until the wgmma group
-// that last read this half's A registers is done, decode the half (4 k16
-// steps) into them, and issue its 4 wgmmas as one group — so one half
-// decodes while the other half's MMAs run. The weights of span s + 2 are
-// loaded once span s's are decoded.
+// Pipeline, per span s (4 B stages, or 3 for 256-row tiles, each BM rows ×
+// 128 columns in two 128-byte-swizzled 64-column halves): wait for stage s,
+// barrier, issue stage s + 2 (s + 1 with 3 stages); then for each half of
+// the span: wait until the wgmma group that last read this half's A
+// registers is done, decode the half (4 k16 steps) into them, and issue its
+// 4 wgmmas as one group — so one half decodes while the other half's MMAs
+// run. The weights of span s + 2 are loaded once span s's are decoded.
+//
+// 256-row tiles (m64n256k16) decode each weight once for twice the tokens of
+// a 128-row tile, and give each span twice the MMA time to hide the
+// decoding behind (qwen3-30b-a3b T = 4096, H200: the 128-row kernel kept
+// the tensor pipe 40-46% busy, its warps waiting on their dependent
+// decoding chains, the weight loads and the span barrier). A tile of fewer
+// rows runs at N = 128 or 32 (RaWidths), so an expert's last few rows past
+// 256 cost 32 MMA columns.
 //
 // Needs K a multiple of 128 (whole spans; tc_ra.rs refuses the rest).
 #include "moekit/tc_common.cuh"
@@ -105,7 +113,12 @@ template <int BM>
 struct RaGeo {
   static constexpr int HALF = BM * 128;       // a 64-column half of a stage
   static constexpr int STAGE = 2 * HALF;
-  static constexpr int SMEM = RA_STAGES * STAGE + 1024;  // + alignment slack (1024: the swizzle atom)
+  // B stages: 4 (two in flight, one being read, one draining), or 3 for
+  // 256-row tiles (one in flight: 4 would not fit in shared memory; a span
+  // of 256 rows runs twice as long, and its copies hit L2).
+  static constexpr int STAGES = BM >= 256 ? 3 : RA_STAGES;
+  static constexpr int AHEAD = STAGES - 2;                // spans a stage is issued ahead
+  static constexpr int SMEM = STAGES * STAGE + 1024;     // + alignment slack (1024: the swizzle atom)
   static constexpr int UNITS = BM * 16 / RA_THREADS;      // 16-byte copies a thread a stage
   // Two blocks an SM where their stages fit (≤ 128 registers a thread;
   // H100, qwen3 T = 512, 64-row tiles: one block of 154-187 registers
@@ -113,6 +126,15 @@ struct RaGeo {
   static constexpr int MIN_BLOCKS = BM <= 64 ? 2 : 1;
   static_assert(BM % 16 == 0 && UNITS >= 1, "whole copies a thread");
 };
+
+// The wgmma N a tile of `rows` rows runs at in an instance of BM-row tiles:
+// BM, except that 256-row instances run the tile's rows rounded up to 32 or
+// 128 where they fit (an expert's last tile of a few rows costs a few MMA
+// columns, not 256).
+template <int BM> struct RaWidths { static constexpr int N1 = BM, N2 = BM, N3 = BM; };
+template <> struct RaWidths<256> { static constexpr int N1 = 256, N2 = 128, N3 = 32; };
+
+template <int N> struct RaN { static constexpr int value = N; };
 
 template <typename F, typename T, int P, int BM, bool GLU = false>
 __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const __grid_constant__ TcParams p) {
@@ -153,25 +175,18 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
     }
   }
 
-  // B copies: unit u of half h of rows r0 + 16i, i < UNITS.
+  // B copies: unit u of half h of rows r0 + 16i, i < UNITS; each source as
+  // 16-byte words from x (32 bits: half the registers of a pointer, which
+  // 256-row tiles need; x is below 64 GiB, tc_gemm.rs checks).
   const u32 cu = tid & 7u, ch = (tid >> 3) & 1u, cr = tid >> 4;
-  const u8* bsrc[G::UNITS];
+  const u8* const xb = static_cast<const u8*>(p.x);
+  u32 bsrc[G::UNITS];
 #pragma unroll
   for (int i = 0; i < G::UNITS; ++i) {
     const T* a = arow[cr + 16 * i];
-    bsrc[i] = pin(a != nullptr ? reinterpret_cast<const u8*>(a + 64 * ch + 8 * cu) : nullptr);
+    bsrc[i] = pin(a != nullptr ? (u32)((reinterpret_cast<const u8*>(a + 64 * ch + 8 * cu) - xb) >> 4) : TC_NONE);
   }
   const u32 b_dst = pin(ch * G::HALF + swz(cr, cu));
-  auto issue_b = [&](u32 s) {
-    if (s < n_spans) {
-      u8* st = b_sm + (s % RA_STAGES) * G::STAGE + b_dst;
-      const u64 off = (u64)s * RA_SPAN * sizeof(T);
-#pragma unroll
-      for (int i = 0; i < G::UNITS; ++i)
-        cp_async16(st + 16 * 128 * i, bsrc[i] != nullptr ? bsrc[i] + off : p.x, bsrc[i] != nullptr ? 16u : 0u);
-    }
-    cp_async_commit();
-  };
 
   // The lane's two weight rows (R = 16w + g, R + 8): sources and validity.
   QRow rows[2];
@@ -191,66 +206,93 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
 #pragma unroll
     for (int h = 0; h < 2; ++h) d[h].load(global_slice<F>(rows[h], s * RA_SPAN + kc0, valid[h] && s < n_spans));
   };
-
-  float acc[BM / 2];
-#pragma unroll
-  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.f;
-  u32 fa[2][4][4];  // A fragments of the span's halves: [half][k16 step][reg]
   const u32 b_base = pin(smem_addr(b_sm));
 
-  // Half `hf` of span s from decoders d: wait for the group that last read
-  // fa[hf], decode units 2hf, 2hf + 1 into it, issue its 4 wgmmas.
-  auto half = [&](const Dec (&d)[2], u32 s, int hf) {
-    wg_wait<1>();
-    wg_keep(acc);
+  // The pipeline and the store at wgmma N = NN (≤ BM): the tile's rows
+  // below NN are copied and multiplied.
+  auto run = [&](auto nn) {
+    constexpr int NN = decltype(nn)::value;
+    // The copies of span s (the tile's first NN rows) as one copy group.
+    auto issue_b = [&](u32 s) {
+      if (s < n_spans) {
+        u8* st = b_sm + (s % G::STAGES) * G::STAGE + b_dst;
+        const u64 off = (u64)s * RA_SPAN * sizeof(T);
 #pragma unroll
-    for (int uu = 0; uu < 2; ++uu) {
-      const int u = 2 * hf + uu;
-      const uint4 a0 = span_unit(d[0], u), a1 = span_unit(d[1], u);
-      // Steps 2u, 2u + 1: pairs (x, y) and (z, w) of the unit, rows g, g + 8.
-      u32* f0 = fa[hf][2 * uu];
-      u32* f1 = fa[hf][2 * uu + 1];
-      f0[0] = a0.x; f0[1] = a1.x; f0[2] = a0.y; f0[3] = a1.y;
-      f1[0] = a0.z; f1[1] = a1.z; f1[2] = a0.w; f1[3] = a1.w;
+        for (int i = 0; i < G::UNITS; ++i)
+          if (NN == BM || cr + 16 * i < (u32)NN)
+            cp_async16(st + 16 * 128 * i, bsrc[i] != TC_NONE ? xb + 16ull * bsrc[i] + off : xb,
+                       bsrc[i] != TC_NONE ? 16u : 0u);
+      }
+      cp_async_commit();
+    };
+
+    float acc[NN / 2];
+#pragma unroll
+    for (int i = 0; i < NN / 2; ++i) acc[i] = 0.f;
+    u32 fa[2][4][4];  // A fragments of the span's halves: [half][k16 step][reg]
+
+    // Half `hf` of span s from decoders d: wait for the group that last read
+    // fa[hf], decode units 2hf, 2hf + 1 into it, issue its 4 wgmmas.
+    auto half = [&](const Dec (&d)[2], u32 s, int hf) {
+      wg_wait<1>();
+      wg_keep(acc);
+#pragma unroll
+      for (int uu = 0; uu < 2; ++uu) {
+        const int u = 2 * hf + uu;
+        const uint4 a0 = span_unit(d[0], u), a1 = span_unit(d[1], u);
+        // Steps 2u, 2u + 1: pairs (x, y) and (z, w) of the unit, rows g, g + 8.
+        u32* f0 = fa[hf][2 * uu];
+        u32* f1 = fa[hf][2 * uu + 1];
+        f0[0] = a0.x; f0[1] = a1.x; f0[2] = a0.y; f0[3] = a1.y;
+        f1[0] = a0.z; f1[1] = a1.z; f1[2] = a0.w; f1[3] = a1.w;
+      }
+      wg_fence();
+      const u64 db = wg_desc(b_base + (s % G::STAGES) * G::STAGE + hf * G::HALF);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) WgmmaRA<T, NN>::run(acc, fa[hf][kk], db + 2 * kk);
+      wg_commit();
+      wg_keep(acc);
+    };
+    // Span s: stage s landed and every warp is past span s − 1's barrier
+    // (span s − 2's groups are done: each half waited for them), so stage
+    // s + AHEAD's buffer ((s − 2) % STAGES) is free.
+    auto span = [&](Dec (&d)[2], u32 s) {
+      cp_async_wait<G::AHEAD - 1>();
+      fence_async_smem();
+      __syncthreads();
+      issue_b(s + G::AHEAD);
+      half(d, s, 0);
+      half(d, s, 1);
+      load_w(d, s + 2);
+    };
+
+#pragma unroll
+    for (u32 s = 0; s < (u32)G::AHEAD; ++s) issue_b(s);
+    Dec d0[2], d1[2];
+    load_w(d0, 0);
+    load_w(d1, 1);
+    for (u32 s = 0; s < n_spans; s += 2) {
+      span(d0, s);
+      if (s + 1 < n_spans) span(d1, s + 1);
     }
-    wg_fence();
-    const u64 db = wg_desc(b_base + (s % RA_STAGES) * G::STAGE + hf * G::HALF);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) WgmmaRA<T, BM>::run(acc, fa[hf][kk], db + 2 * kk);
-    wg_commit();
+    wg_wait<0>();
     wg_keep(acc);
-  };
-  // Span s: stage s landed and every warp is past span s − 1's barrier
-  // (span s − 2's groups are done: each half waited for them), so stage
-  // s + 2's buffer ((s − 2) % 4) is free.
-  auto span = [&](Dec (&d)[2], u32 s) {
-    cp_async_wait<1>();
-    fence_async_smem();
-    __syncthreads();
-    issue_b(s + 2);
-    half(d, s, 0);
-    half(d, s, 1);
-    load_w(d, s + 2);
-  };
+    cp_async_wait<0>();
 
-  issue_b(0);
-  issue_b(1);
-  Dec d0[2], d1[2];
-  load_w(d0, 0);
-  load_w(d1, 1);
-  for (u32 s = 0; s < n_spans; s += 2) {
-    span(d0, s);
-    if (s + 1 < n_spans) span(d1, s + 1);
+    const bool perm = P == 2 && (p.p & RA_PERM_OUT) != 0;
+    const u32 order = (p.p >> RA_OUT_ORDER) & 3u;
+    wg_store<T, P, NN, GLU>(p, tile, n0, acc, [perm, order](u32 n) {
+      return perm ? (n & ~(RA_SPAN - 1u)) | ra_logical(n & (RA_SPAN - 1u), order) : n;
+    });
+  };
+  typedef RaWidths<BM> W;
+  if constexpr (W::N1 == W::N3) {
+    run(RaN<BM>{});
+  } else {
+    if (tile.rows > (u32)W::N2) run(RaN<W::N1>{});
+    else if (tile.rows > (u32)W::N3) run(RaN<W::N2>{});
+    else run(RaN<W::N3>{});
   }
-  wg_wait<0>();
-  wg_keep(acc);
-  cp_async_wait<0>();
-
-  const bool perm = P == 2 && (p.p & RA_PERM_OUT) != 0;
-  const u32 order = (p.p >> RA_OUT_ORDER) & 3u;
-  wg_store<T, P, BM, GLU>(p, tile, n0, acc, [perm, order](u32 n) {
-    return perm ? (n & ~(RA_SPAN - 1u)) | ra_logical(n & (RA_SPAN - 1u), order) : n;
-  });
 #else
   if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) report(p.err, ERR_CONFIG);
 #endif

@@ -7,7 +7,7 @@
 //!   SwiGLU fused and separate, SwiGLU with its output permuted in either
 //!   span order (a down projection of this or the other order)}, rows
 //!   gathered through an expert sort (the x rows permuted once).
-//! * Every tile row count (16/32/64/128), ragged N (not a multiple of the
+//! * Every tile row count (16/32/64/128/256, the last at each N it runs), ragged N (not a multiple of the
 //!   128/64-column tile), experts with no rows, all rows on one expert,
 //!   E = 512 with k = 10, M = 0; K not a multiple of 128 is refused.
 //! * Bit-identical reruns, and a token's row equal alone and in a batch.
@@ -79,7 +79,7 @@ fn check(
     };
     let cpu_rows = RowExperts::Sorted(&sort.offsets);
     let b = bound(dt);
-    let bm = tile_rows(m, e, n.div_ceil(128));
+    let bm = tile_rows(m, e, n.div_ceil(128), f);
     // Plain.
     let w = weights(f, e, n, kk, 3);
     let want = gather_mm_on(Backend::CpuReference, &xs, &w, cpu_rows).unwrap();
@@ -171,6 +171,9 @@ fn every_format_matches_cpu() {
             let sort = sort_of(37, 4, 16, &[0, 7, 15], false, 11);
             check(f, dt, 37, 4, 16, &sort, 200, kk);
         }
+        // Few experts, longer rows (K = 512): 16-row tiles of 14 rows.
+        let sort = sort_of(7, 2, 4, &[1], false, 7);
+        check(f, DType::Bf16, 7, 2, 4, &sort, 200, 2 * kk);
     }
 }
 
@@ -181,9 +184,10 @@ fn every_tile_size_and_edge_layouts() {
         bits: 4,
         group_size: 64,
     });
-    // E = 8, k = 2: rows per expert 2T/8 → tiles 16, 32, 64, 128 (and 128
-    // for the largest, where the staged kernel takes 256).
-    for t in [5, 100, 200, 333, 1500] {
+    // E = 8, k = 2: rows per expert 2T/8 → tiles 16, 32, 64, 128 and 256
+    // (T = 1100: experts of about 275 rows, a 256-row tile at N = 256 and
+    // one of a few rows at N = 32; T = 1500: 375 rows, N = 256 and 128).
+    for t in [5, 100, 200, 333, 1100, 1500] {
         let sort = sort_of(t, 2, 8, &[3], false, t as u64);
         check(q4k, DType::Bf16, t, 2, 8, &sort, 264, 512);
         check(a4, DType::Bf16, t, 2, 8, &sort, 136, 384);
@@ -251,9 +255,10 @@ fn sanitizer_sweep() {
         }),
     ];
     for f in fmts {
-        // E = 2, k = 2: tiles of 16, 64 and 128 rows, where tc_ra runs f.
-        for t in [3, 40, 150] {
-            if tile_rows(2 * t, 2, 1) > max_tile(f) {
+        // E = 2, k = 2: tiles of 16, 64, 128 and 256 rows (at N = 256 and
+        // 128), where tc_ra runs f.
+        for t in [3, 40, 150, 340] {
+            if tile_rows(2 * t, 2, 1, f) > max_tile(f) {
                 continue;
             }
             let sort = sort_of(t, 2, 2, &[], false, 7);

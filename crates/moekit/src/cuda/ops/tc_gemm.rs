@@ -486,7 +486,17 @@ pub(crate) fn run_kernel(
         }
         Kernel::RegA { perm_out } => {
             use super::tc_ra;
-            let bm = tc_ra::tile_rows(m, e, n.div_ceil(bn));
+            // The kernel holds its activation sources as 16-byte words from x
+            // in 32 bits.
+            let x_bytes = x.shape().iter().product::<usize>() * x.dtype().size();
+            ensure(
+                (x_bytes as u64) < 1u64 << 36,
+                op,
+                "x",
+                "below 64 GiB (tc_ra addresses it in 32-bit 16-byte words)",
+                x_bytes,
+            )?;
+            let bm = tc_ra::tile_rows(m, e, n.div_ceil(bn), w.format());
             for (s, _) in &srcs[..p_sources.min(2)] {
                 if !tc_ra::runs_tile(s, bm) {
                     return Err(invalid(

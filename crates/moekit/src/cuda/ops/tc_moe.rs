@@ -94,13 +94,15 @@ pub(crate) fn expert_kernels(
         return staged;
     };
     // Where the staged kernel takes 256-row tiles (over 256 rows an
-    // expert), its larger tile wins (H100 graph ms, staged vs tc_ra at 128:
-    // mixtral-8x7b T = 4096 affine4 7.38 vs 7.89, q4_k 7.31 vs 7.60), so
-    // tc_ra runs only where its tile (at most 128 rows) is the staged one.
+    // expert), its larger tile beat tc_ra's 128-row one (H100 graph ms,
+    // mixtral-8x7b T = 4096 affine4 7.38 vs 7.89, q4_k 7.31 vs 7.60); tc_ra's
+    // own 256-row tiles beat it in turn (H200, `bench/results/h200/
+    // 2026-11-29_t256`: mixtral affine4 7.36 → 5.92 ms, q4_k 7.22 → 6.47,
+    // deepseek-v2-lite affine4 1.82 → 1.59), so tc_ra takes those tiles for
+    // the formats it runs at 256 rows ([`tc_ra::max_tile`]) and leaves the
+    // others to the staged kernel (`MOEKIT_TC_RA=all`: every format).
     let bm = tc_gemm::tile_rows(m, gate_up.n_experts(), 1);
-    if bm > tc_ra::TILE_ROWS[tc_ra::TILE_ROWS.len() - 1] {
-        return staged;
-    }
+    let bm = if bm > 128 { 256 } else { bm };
     let takes =
         |w: &QuantWeights| tc_ra::supports(x.dtype(), w, arch).is_ok() && tc_ra::runs_tile(w, bm);
     if !tc_gemm::one_instance(gate_up) || !gate_up.sources().iter().all(|(w, _)| takes(w)) {

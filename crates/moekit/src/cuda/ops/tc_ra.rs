@@ -36,10 +36,18 @@ pub(crate) static SRC: Source = Source {
 
 /// Columns of a span (`RA_SPAN`): K must be a multiple of it.
 pub const SPAN: usize = 128;
-/// Tile row counts the kernel is instantiated for (`BM`: wgmma's N).
-pub const TILE_ROWS: [usize; 4] = [16, 32, 64, 128];
-/// Activation stages in shared memory (`RA_STAGES`).
-const STAGES: usize = 4;
+/// Tile row counts the kernel is instantiated for (`BM`: wgmma's N; a
+/// 256-row instance runs its tiles at N = 256, 128 or 32 by their rows).
+pub const TILE_ROWS: [usize; 5] = [16, 32, 64, 128, 256];
+/// Activation stages in shared memory (`RaGeo::STAGES`): 4, or 3 for
+/// 256-row tiles.
+fn stages(bm: usize) -> usize {
+    if bm >= 256 {
+        3
+    } else {
+        4
+    }
+}
 /// `TcParams::p` flag (`RA_PERM_OUT`): P = 2 writes its output permuted.
 const PERM_OUT: u32 = 256;
 /// `TcParams::p` flag (`RA_PREFETCH`): see [`prefetch_flag`].
@@ -139,12 +147,25 @@ pub fn span_order(format: WeightFormat) -> SpanOrder {
 /// Shared memory of an instance (`RaGeo::SMEM`): the activation stages (BM
 /// rows × 128 columns of 2 bytes) and 1 KB to align them to the swizzle atom.
 pub(crate) fn smem_bytes(bm: usize) -> usize {
-    STAGES * bm * SPAN * 2 + 1024
+    stages(bm) * bm * SPAN * 2 + 1024
 }
 
-/// The tile row count: [`tc_gemm::tile_rows`]' choice, at most 128 rows.
-pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize) -> usize {
-    tc_gemm::tile_rows(m, n_experts, col_blocks).min(TILE_ROWS[TILE_ROWS.len() - 1])
+/// The tile row count for weights of `format`: [`tc_gemm::tile_rows`]'
+/// choice up to 128 rows; 256 where experts average over 192 rows and
+/// [`max_tile`] runs the format at 256 (its last tile of an expert runs at
+/// the N its rows need: a few rows past 256 cost 32 MMA columns, not 256).
+/// `MOEKIT_TC_RA_TILE` (read once) caps it (A/B runs).
+pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize, format: WeightFormat) -> usize {
+    static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(|| super::env_knob("MOEKIT_TC_RA_TILE", 16..=256, 256)) as usize;
+    let t = tc_gemm::tile_rows(m, n_experts, col_blocks).min(128);
+    let per = m.div_ceil(n_experts.clamp(1, m.max(1)));
+    let t = if n_experts > 1 && t == 128 && per > 192 && max_tile(format) >= 256 {
+        256
+    } else {
+        t
+    };
+    t.min(cap.max(TILE_ROWS[0]))
 }
 
 /// Whether `tc_ra` runs on a device of `arch` (sm_90a: wgmma); the reason
@@ -206,6 +227,14 @@ pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Resu
 /// | q6_k | 1.15 1.14 0.98 1.21 | 0 |
 /// | q3_k | 1.15 1.15 1.19 1.16 | 0 |
 ///
+/// 256-row tiles (where experts average over 192 rows, [`tile_rows`]) for
+/// the formats at 128 above: H200 graph ms, qwen3-30b-a3b T = 4096, 128 →
+/// 256-row tiles, same call (`bench/results/h200/2026-11-29_t256/`):
+/// affine4 1.078 → 0.930, affine8 1.220 → 1.020, iq4_xs 1.389 → 1.132,
+/// q4_k 1.098 → 1.068; and against the staged kernel's 256-row tiles
+/// (`tc_moe::expert_kernels`): mixtral-8x7b affine4 7.36 → 5.92, q4_k 7.22
+/// → 6.47, deepseek-v2-lite affine4 1.82 → 1.59.
+///
 /// Group sizes share their format's row (one instance). Dense weights stay
 /// staged (copied straight into the tiles: bf16 on H100 T = 512 / 4096
 /// 0.52 / 1.05 ms staged, 0.65 / 1.57 on tc_ra); formats not measured yet
@@ -214,11 +243,11 @@ pub fn max_tile(format: WeightFormat) -> usize {
     use crate::format::GgmlType as G;
     match format {
         WeightFormat::Affine(p) => match p.bits {
-            4 | 8 => 128,
+            4 | 8 => 256,
             2 | 3 => 64,
             _ => 0,
         },
-        WeightFormat::Ggml(G::IQ4_XS | G::Q4_K) => 128,
+        WeightFormat::Ggml(G::IQ4_XS | G::Q4_K) => 256,
         WeightFormat::Ggml(G::MXFP4 | G::Q4_0) => 64,
         WeightFormat::Ggml(G::Q8_0) | WeightFormat::Fp8Block { .. } => 16,
         _ => 0,
@@ -408,11 +437,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tiles_stop_at_128_rows() {
-        assert_eq!(tile_rows(8, 128, 12), 16);
-        assert_eq!(tile_rows(512 * 8, 128, 12), 64);
-        assert_eq!(tile_rows(4097 * 8, 128, 1), 128);
+    fn tiles_of_256_rows_only_past_192_rows_an_expert() {
+        let a4 = WeightFormat::Affine(crate::format::AffineParams {
+            bits: 4,
+            group_size: 64,
+        });
+        let q40 = WeightFormat::Ggml(crate::format::GgmlType::Q4_0);
+        assert_eq!(tile_rows(8, 128, 12, a4), 16);
+        assert_eq!(tile_rows(512 * 8, 128, 12, a4), 64);
+        assert_eq!(tile_rows(2048 * 8, 128, 12, a4), 128);
+        assert_eq!(tile_rows(4096 * 8, 128, 12, a4), 256);
+        assert_eq!(tile_rows(4096 * 8, 128, 12, q40), 128);
+        // One expert (router, shared expert): tc_gemm's rule.
+        for m in [64, 4096, 65536] {
+            assert_eq!(tile_rows(m, 1, 1, a4), tc_gemm::tile_rows(m, 1, 1).min(128));
+        }
         assert_eq!(smem_bytes(128), 4 * 128 * 256 + 1024);
+        assert_eq!(smem_bytes(256), 3 * 256 * 256 + 1024);
+        // It fits an H100/H200 block (227 KB).
+        assert!(smem_bytes(256) <= 232_448);
     }
 
     #[test]
