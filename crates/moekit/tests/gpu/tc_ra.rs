@@ -7,8 +7,9 @@
 //!   SwiGLU fused and separate, SwiGLU with its output permuted in either
 //!   span order (a down projection of this or the other order)}, rows
 //!   gathered through an expert sort (the x rows permuted once).
-//! * Every tile row count (16/32/64/128/256, the last at each N it runs), ragged N (not a multiple of the
-//!   128/64-column tile), experts with no rows, all rows on one expert,
+//! * Every tile row count (16/32/64/128/256, the last at each N it runs),
+//!   ragged N (not a multiple of the 128/64-column tile), experts with no
+//!   rows, all rows on one expert,
 //!   E = 512 with k = 10, M = 0; K not a multiple of 128 is refused.
 //! * Bit-identical reruns, and a token's row equal alone and in a batch.
 //! * Outputs are poisoned with NaN, so a missed element fails.

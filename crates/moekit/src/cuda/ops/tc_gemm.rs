@@ -488,7 +488,7 @@ pub(crate) fn run_kernel(
             use super::tc_ra;
             // The kernel holds its activation sources as 16-byte words from x
             // in 32 bits.
-            let x_bytes = x.shape().iter().product::<usize>() * x.dtype().size();
+            let x_bytes = x.nbytes();
             ensure(
                 (x_bytes as u64) < 1u64 << 36,
                 op,

@@ -154,10 +154,18 @@ pub(crate) fn smem_bytes(bm: usize) -> usize {
 /// choice up to 128 rows; 256 where experts average over 192 rows and
 /// [`max_tile`] runs the format at 256 (its last tile of an expert runs at
 /// the N its rows need: a few rows past 256 cost 32 MMA columns, not 256).
-/// `MOEKIT_TC_RA_TILE` (read once) caps it (A/B runs).
+/// `MOEKIT_TC_RA_TILE` (read once) caps it at the largest of [`TILE_ROWS`]
+/// not above it (A/B runs).
 pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize, format: WeightFormat) -> usize {
-    static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let cap = *CAP.get_or_init(|| super::env_knob("MOEKIT_TC_RA_TILE", 16..=256, 256)) as usize;
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(|| {
+        let v = super::env_knob("MOEKIT_TC_RA_TILE", 16..=256, 256);
+        TILE_ROWS
+            .into_iter()
+            .filter(|&r| r <= v)
+            .max()
+            .unwrap_or(TILE_ROWS[0])
+    });
     let t = tc_gemm::tile_rows(m, n_experts, col_blocks).min(128);
     let per = m.div_ceil(n_experts.clamp(1, m.max(1)));
     let t = if n_experts > 1 && t == 128 && per > 192 && max_tile(format) >= 256 {
@@ -165,7 +173,7 @@ pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize, format: WeightFo
     } else {
         t
     };
-    t.min(cap.max(TILE_ROWS[0]))
+    t.min(cap)
 }
 
 /// Whether `tc_ra` runs on a device of `arch` (sm_90a: wgmma); the reason
