@@ -7,7 +7,10 @@
 //                       builds the expert-sorted slot list and the list of
 //                       active experts: one block of decode_route_tail
 //                       (decode_tail.cu: compiled once, not per format), or
-//                       at T = 1 (fold_route) every gate/up block itself.
+//                       at T = 1 (fold_route) every gate/up block itself —
+//                       only its own expert where the rule selects on the
+//                       logits (select_expert), while one more block of the
+//                       grid computes and publishes the whole routing.
 //   2. gate/up          block (16-row tile, active expert) → act[slot, n] =
 //                       silu(g)·u (or the block's GluParams activation with
 //                       gate/up biases: gpt-oss) for every token that chose
@@ -363,14 +366,56 @@ struct GuWork {
 // (fold_route): each block keeps its expert's slots (at most one a token).
 constexpr u32 FOLD_MAX_T = 16;
 
+// Whether a routing rule selects its experts on the raw logits (the
+// selection keys are route_token's w.a as loaded): softmax-top-k,
+// top-k-softmax, Gemma-4. The grouped rules select on scores (+ bias).
+__device__ __forceinline__ bool selects_on_logits(u32 rule) {
+  const u32 kind = rule & RULE_KIND;
+  return kind == RULE_SOFTMAX_TOPK || kind == RULE_TOPK_SOFTMAX || kind == RULE_GEMMA4;
+}
+
+// One token (T = 1) routed by a rule that selects on its logits: a gate/up
+// block needs its expert alone — the blockIdx.y-th smallest of the k chosen
+// (the active list is ascending) — and the slot that chose it, not the
+// routing weights. route::Block::select is the full routing's selection
+// (the same keys and ranks: the same experts); the softmax, its ordered sum
+// and the renormalisation are left to the publishing block. s_n as
+// gate_up_work's.
+__device__ __forceinline__ void select_expert(const DecodeParams& p, float* buf, route::BlockScratch* s_route,
+                                              u32* s_tok, u32* s_n) {
+  const u32 E = p.n_experts, k = p.top_k;
+  for (u32 e = threadIdx.x; e < E; e += blockDim.x) buf[e] = p.logits[e];
+  if (threadIdx.x == 0) s_n[0] = 0;
+  __syncthreads();
+  const route::Block w{threadIdx.x & 31u, E, k, buf, buf + E, buf + 2 * E, s_route};
+  u32 id = route::kNone;
+  w.select(buf, E, k, id);  // thread j < k: the j-th best expert (ends with a barrier)
+  u32* ids = reinterpret_cast<u32*>(buf + E);
+  if (threadIdx.x < k) ids[threadIdx.x] = id;
+  __syncthreads();
+  if (threadIdx.x < k) {
+    u32 r = 0;
+    for (u32 j = 0; j < k; ++j) r += ids[j] < id ? 1u : 0u;
+    if (r == blockIdx.y) {
+      s_tok[0] = threadIdx.x;  // slot t·k + j of token 0
+      s_n[0] = 1;
+      s_n[1] = id | (1u << 16);
+    }
+  }
+  __syncthreads();
+}
+
 // The start of a decode_gate_up_mma block: waits for the routing step (or,
 // with fold_route, for the router logits, then routes every token and sorts
-// the slots itself — block (0, 0) also publishing the routing for the down
-// step and the caller — so that no block waits for a one-block routing tail
-// and its global round trips). False when the row has no work this call.
+// the slots itself, so that no block waits for a one-block routing tail and
+// its global round trips). With fold_route the grid has one more row
+// (y = max_active + 1), whose block x = 0 routes and publishes the routing
+// (ids, weights, shared factors, the sorted slots) for the down step and the
+// caller, and does nothing else. False when the block has no expert work.
 __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, GuWork& w) {
   __shared__ u32 s_tok[FOLD_MAX_T];
   __shared__ u32 s_n[2];
+  __shared__ route::BlockScratch s_route;
   if (!p.fold_route) {
     if (!gate_up_begin(p, w.shared, w.e)) return false;
     if (!w.shared) {
@@ -381,10 +426,12 @@ __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, 
     return true;
   }
   gate_up_wait(p);
+  const bool publish = blockIdx.y == p.max_active + 1;
   w.shared = blockIdx.y == p.max_active;
   w.e = 0;
   w.n_tok = 0;
   w.slots = s_tok;
+  if (publish && blockIdx.x != 0) return false;
   if (w.shared) return p.sg.data != nullptr;
   if (p.n_tokens > p.route_block || p.n_tokens > FOLD_MAX_T || p.n_experts > route::kBlockKeys) {
     // Not a launch the host makes (decode.rs `folds`): nothing computed.
@@ -395,32 +442,35 @@ __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, 
   // and ids, then the sort's arrays.
   const u32 E = p.n_experts, n = p.n_tokens * p.top_k;
   float* buf = red;
-  u32* sorted = reinterpret_cast<u32*>(buf + max(p.route_warps * 3 * E, E + 1) + n);
-  const bool publish = blockIdx.x == 0 && blockIdx.y == 0;
-  const SortOut o{sorted, sorted + E + 1, sorted + 2 * E + 1, sorted + 2 * E + 2};
-  __shared__ route::BlockScratch s_route;
-  route_and_sort<RULE_ANY, TEAM_BLOCK>(p, buf, &s_route, o, publish);
-  __syncthreads();  // the sort's arrays
-  if (publish) {
-    // The routing for the down step and the caller (the sort's arrays as
-    // decode_route_tail writes them).
-    for (u32 i = threadIdx.x; i <= E; i += blockDim.x) p.offsets[i] = o.offsets[i];
-    for (u32 i = threadIdx.x; i < *o.n_active; i += blockDim.x) p.active[i] = o.active[i];
-    for (u32 i = threadIdx.x; i < n; i += blockDim.x) p.slots[i] = o.slots[i];
-    if (threadIdx.x == 0) *p.n_active = *o.n_active;
+  if (!publish && p.n_tokens == 1 && selects_on_logits(p.rule)) {
+    select_expert(p, buf, &s_route, s_tok, s_n);
+  } else {
+    u32* sorted = reinterpret_cast<u32*>(buf + max(p.route_warps * 3 * E, E + 1) + n);
+    const SortOut o{sorted, sorted + E + 1, sorted + 2 * E + 1, sorted + 2 * E + 2};
+    route_and_sort<RULE_ANY, TEAM_BLOCK>(p, buf, &s_route, o, publish);
+    __syncthreads();  // the sort's arrays
+    if (publish) {
+      // The routing for the down step and the caller (the sort's arrays as
+      // decode_route_tail writes them).
+      for (u32 i = threadIdx.x; i <= E; i += blockDim.x) p.offsets[i] = o.offsets[i];
+      for (u32 i = threadIdx.x; i < *o.n_active; i += blockDim.x) p.active[i] = o.active[i];
+      for (u32 i = threadIdx.x; i < n; i += blockDim.x) p.slots[i] = o.slots[i];
+      if (threadIdx.x == 0) *p.n_active = *o.n_active;
+      trace_at(p, TR_TAIL_END);
+      return false;
+    }
+    if (threadIdx.x == 0) {
+      const u32 n_active = *o.n_active;
+      const u32 y = blockIdx.y;
+      const u32 e = y < n_active ? o.active[y] : 0;
+      const u32 first = y < n_active ? o.offsets[e] : 0;
+      const u32 cnt = y < n_active ? min(o.offsets[e + 1] - first, FOLD_MAX_T) : 0;
+      for (u32 i = 0; i < cnt; ++i) s_tok[i] = o.slots[first + i];
+      s_n[0] = y < n_active ? 1u : 0u;
+      s_n[1] = e | (cnt << 16);
+    }
+    __syncthreads();  // s_tok; `red` is free again
   }
-  if (threadIdx.x == 0) {
-    const u32 n_active = *o.n_active;
-    const u32 y = blockIdx.y;
-    const u32 e = y < n_active ? o.active[y] : 0;
-    const u32 first = y < n_active ? o.offsets[e] : 0;
-    const u32 cnt = y < n_active ? min(o.offsets[e + 1] - first, FOLD_MAX_T) : 0;
-    for (u32 i = 0; i < cnt; ++i) s_tok[i] = o.slots[first + i];
-    s_n[0] = y < n_active ? 1u : 0u;
-    s_n[1] = e | (cnt << 16);
-  }
-  __syncthreads();  // s_tok; `red` is free again
-  if (publish) trace_at(p, TR_TAIL_END);
   if (s_n[0] == 0) return false;
   w.e = s_n[1] & 0xffffu;
   w.n_tok = s_n[1] >> 16;

@@ -1,7 +1,8 @@
 //! `kernels/decode.cu`: the MoE block for few tokens (decode) in four
 //! launches — router matvec, routing + expert sort (`kernels/decode_tail.cu`),
 //! gate/up + SwiGLU, down + weighted combine — or three when the gate/up
-//! blocks route themselves (T = 1, `fold_route`), with no host
+//! blocks route themselves (T = 1, `fold_route`: each block selects its
+//! own expert, one extra block publishes the full routing), with no host
 //! synchronization (capturable in a graph).
 //!
 //! [`supports`] says when it applies (the block picks it in
@@ -121,6 +122,14 @@ fn folds(t: usize, e: usize, k: usize, route_warps: usize) -> bool {
     let n = t * k;
     let room = (route_warps * 3 * e).max(e + 1) + n + (2 * e + 2) + n;
     fold_knob() && t <= FOLD_MAX_T && team_for(t, e) == TEAM_BLOCK && room <= MMA_RED
+}
+
+/// Gate/up blocks an SM up to which they route themselves (the grid's
+/// size over the SM count): 2 — one wave of `decode_gate_up_mma` — or
+/// `MOEKIT_DECODE_FOLD_BLOCKS` (1..=64, read once; a tuning knob).
+fn fold_blocks() -> usize {
+    static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| super::env_knob("MOEKIT_DECODE_FOLD_BLOCKS", 1..=64, 2))
 }
 
 /// Rows per tensor-core expert block for K (16 per row tile, 8 / split tiles).
@@ -673,8 +682,8 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         fold_route: (mma
             && !p.ffn.input.weight_before
             && folds(t, e, k, plan.route_warps)
-            && i.max(si).div_ceil(mma_rows(h)) * (max_active + 1) <= 2 * dev.sm_count() as usize)
-            as u32,
+            && i.max(si).div_ceil(mma_rows(h)) * (max_active + 1)
+                <= fold_blocks() * dev.sm_count() as usize) as u32,
         // Diagnostic of MOEKIT_TRACE builds: route every token twice.
         trace_twice: super::env_knob("MOEKIT_TRACE_TWICE", 0..=1, 0),
         trace: dev.trace_ptr(),
@@ -705,9 +714,10 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         let block = (MMA_WARPS as u32 * 32, 1, 1);
         (
             Geometry {
+                // With fold_route, one more row: its block x = 0 publishes the routing.
                 grid: (
                     i.max(si).div_ceil(mma_rows(h)) as u32,
-                    max_active as u32 + 1,
+                    max_active as u32 + 1 + params.fold_route,
                     1,
                 ),
                 block,
