@@ -10,16 +10,17 @@ OUTD=${OUT:-/tmp/ra_stalls}; mkdir -p "$OUTD"
 export MOEKIT_CACHE_DIR=${MOEKIT_CACHE_DIR:-/tmp/moekit-kernels}
 K=${KERNEL:-tc_ra}
 PRESET=${PRESET:-qwen3-30b-a3b}
+PATHSEL=${PATHSEL:-tc}  # the bench path (decode: the decode kernels, KERNEL=decode_)
 ST=""
 for s in barrier long_scoreboard short_scoreboard wait math_pipe_throttle lg_throttle mio_throttle membar dispatch_stall no_instruction not_selected selected branch_resolving sleeping drain imc_miss misc tex_throttle; do
   ST="$ST,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"
 done
-MET="gpu__time_duration.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,lts__t_sectors.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread$ST"
+MET="gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,lts__t_sectors.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread$ST"
 for c in ${CASES:-affine4:4096 affine4:512}; do
   IFS=: read -r fmt t <<<"$c"
   echo "== $PRESET $fmt T=$t ($K)"
   ncu --metrics "$MET" --kernel-name regex:"$K" --launch-skip 4 --launch-count 2 --csv --print-units base \
-    "$M" bench --preset "$PRESET" --format "$fmt" --tokens "$t" --device cuda --dtype bf16 --min-time 0 --path tc \
+    "$M" bench --preset "$PRESET" --format "$fmt" --tokens "$t" --device cuda --dtype bf16 --min-time 0 --path "$PATHSEL" \
     2>/dev/null > "$OUTD/m_${fmt}_$t.csv"
   python3 - "$OUTD/m_${fmt}_$t.csv" <<'PY'
 import csv, sys
@@ -31,14 +32,19 @@ d = {}
 for r in rows[1:]:
     d.setdefault((int(r[ii]), r[ki].split("(")[0][-62:]), {})[r[mi]] = r[vi].replace(",", "")
 for (i, k), m in sorted(d.items()):
-    f = lambda n: float(m.get(n, 'nan'))
+    def f(n):
+        try:
+            return float(m.get(n, 'nan'))
+        except ValueError:
+            return float('nan')
     st = sorted(((f(n), n.split('stalled_')[1].split('_per')[0]) for n in m if 'stalled' in n), reverse=True)
     print(f"{k} {f('gpu__time_duration.sum')/1e3:.1f}us inst {f('smsp__inst_executed.sum')/1e6:.2f}M "
           f"hmma {f('sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active'):.1f}% "
           f"gmma {f('sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active'):.1f}% "
           f"issue {f('smsp__issue_active.avg.pct_of_peak_sustained_active'):.1f}% "
           f"L2 {f('lts__t_sectors.sum')*32/1e9:.2f}GB dram {f('dram__bytes_read.sum')/1e9:.3f}GB "
-          f"grid {m.get('launch__grid_size')} regs {m.get('launch__registers_per_thread')}")
+          f"grid {m.get('launch__grid_size')} regs {m.get('launch__registers_per_thread')} "
+          f"dram% {f('dram__throughput.avg.pct_of_peak_sustained_elapsed'):.1f} occ% {f('sm__warps_active.avg.pct_of_peak_sustained_active'):.1f}")
     print("   stalls/issue: " + " ".join(f"{n}={v:.2f}" for v, n in st if v >= 0.05))
 PY
   if [ "${SOURCE:-1}" = 1 ]; then

@@ -37,8 +37,11 @@
 // decoding behind (qwen3-30b-a3b T = 4096, H200: the 128-row kernel kept
 // the tensor pipe 40-46% busy, its warps waiting on their dependent
 // decoding chains, the weight loads and the span barrier). A tile of fewer
-// rows runs at N = 128 or 32 (RaWidths), so an expert's last few rows past
-// 256 cost 32 MMA columns.
+// rows runs at a narrower N (RaWidths: 128 or 32 in a 256-row instance, a
+// half or a quarter of BM in 64- and 128-row ones), so an expert's last few
+// rows cost a few MMA columns (qwen3-30b-a3b T = 512, H200: experts of
+// about 32 rows on 64-row tiles, affine4 284 → 269 µs; Mixtral T = 512
+// 1347 → 1228 µs).
 //
 // Needs K a multiple of 128 (whole spans; tc_ra.rs refuses the rest).
 #include "moekit/tc_common.cuh"
@@ -53,6 +56,7 @@ constexpr int RA_STAGES = 4;  // B stages: two in flight, one being read, one dr
 constexpr u32 RA_PERM_OUT = 256u;  // TcParams::p flag: P = 2 writes its output permuted
 constexpr u32 RA_PREFETCH = 512u;  // TcParams::p flag: the block first asks L2 for all of its weight rows
 constexpr u32 RA_OUT_ORDER = 10;  // TcParams::p bits 10, 11: the permuted output's SpanOrder
+constexpr u32 RA_FULL_N = 4096u;  // TcParams::p flag: every tile runs at N = BM (A/B of RaWidths)
 
 // Position of column p (0..127) of a span in the MMA's k order (SpanOrder,
 // decode_mma.cuh): p = 32c + 8u + r, r = column span_first(order, i) + h ·
@@ -128,11 +132,15 @@ struct RaGeo {
 };
 
 // The wgmma N a tile of `rows` rows runs at in an instance of BM-row tiles:
-// BM, except that 256-row instances run the tile's rows rounded up to 32 or
-// 128 where they fit (an expert's last tile of a few rows costs a few MMA
-// columns, not 256).
-template <int BM> struct RaWidths { static constexpr int N1 = BM, N2 = BM, N3 = BM; };
+// the tile's rows rounded up to N3, N2 or N1 = BM, the smallest that holds
+// them, so an expert's last tile of a few rows costs a few MMA columns, not
+// BM (qwen3-30b-a3b T = 512: experts of about 32 rows on 64-row tiles).
+template <int BM> struct RaWidths { static constexpr int N1 = BM, N2 = BM / 2, N3 = BM / 4; };
 template <> struct RaWidths<256> { static constexpr int N1 = 256, N2 = 128, N3 = 32; };
+// 16- and 32-row tiles run at BM: a narrower N would save little MMA time
+// for a third more NVRTC time an instance.
+template <> struct RaWidths<32> { static constexpr int N1 = 32, N2 = 32, N3 = 32; };
+template <> struct RaWidths<16> { static constexpr int N1 = 16, N2 = 16, N3 = 16; };
 
 template <int N> struct RaN { static constexpr int value = N; };
 
@@ -289,8 +297,8 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
   if constexpr (W::N1 == W::N3) {
     run(RaN<BM>{});
   } else {
-    if (tile.rows > (u32)W::N2) run(RaN<W::N1>{});
-    else if (tile.rows > (u32)W::N3) run(RaN<W::N2>{});
+    if (tile.rows > (u32)W::N2 || (p.p & RA_FULL_N) != 0) run(RaN<W::N1>{});
+    else if (W::N2 == W::N3 || tile.rows > (u32)W::N3) run(RaN<W::N2>{});
     else run(RaN<W::N3>{});
   }
 #else

@@ -616,12 +616,22 @@ fn host_u32(t: &Tensor) -> Vec<u32> {
 #[test]
 fn sort_matches_cpu_exactly() {
     let dev = gpu();
-    // Every T × k ∈ {1, 8, 32}, plus both sides of the one-block limit (1024 slots).
+    // Every T × k ∈ {1, 8, 32}, plus both sides of the one-block limit (1024
+    // slots) and of 4096 slots (four ranges).
     let mut shapes: Vec<(usize, usize)> = TOKENS
         .iter()
         .flat_map(|&t| [(t, 1), (t, 8), (t, 32)])
         .collect();
-    shapes.extend([(1024, 1), (1025, 1), (128, 8), (129, 8)]);
+    shapes.extend([
+        (1024, 1),
+        (1025, 1),
+        (128, 8),
+        (129, 8),
+        (4096, 1),
+        (4097, 1),
+        (512, 8),
+        (513, 8),
+    ]);
     for &(t, k) in &shapes {
         for e in [1usize, 8, 128, 1024] {
             for all_on_one in [false, true] {

@@ -37,7 +37,8 @@ pub(crate) static SRC: Source = Source {
 /// Columns of a span (`RA_SPAN`): K must be a multiple of it.
 pub const SPAN: usize = 128;
 /// Tile row counts the kernel is instantiated for (`BM`: wgmma's N; a
-/// 256-row instance runs its tiles at N = 256, 128 or 32 by their rows).
+/// 256-row instance runs its tiles at N = 256, 128 or 32 by their rows, a
+/// 64- or 128-row one at BM, BM / 2 or BM / 4: `RaWidths`).
 pub const TILE_ROWS: [usize; 5] = [16, 32, 64, 128, 256];
 /// Activation stages in shared memory (`RaGeo::STAGES`): 4, or 3 for
 /// 256-row tiles.
@@ -63,6 +64,21 @@ pub(crate) fn prefetch_flag(bm: usize) -> u32 {
     let on = *ENV.get_or_init(|| super::env_knob("MOEKIT_TC_PF", 0..=1, 1));
     if on == 1 && bm == 128 {
         PREFETCH
+    } else {
+        0
+    }
+}
+
+/// `TcParams::p` flag (`RA_FULL_N`): every tile runs at wgmma N = its
+/// instance's rows, not the narrower N its rows fit (`RaWidths`).
+const FULL_N: u32 = 4096;
+
+/// [`FULL_N`] where `MOEKIT_TC_RA_NARROW=0` (read once; A/B of the narrow
+/// widths), else 0.
+pub(crate) fn width_flag() -> u32 {
+    static ENV: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if *ENV.get_or_init(|| super::env_knob("MOEKIT_TC_RA_NARROW", 0..=1, 1)) == 0 {
+        FULL_N
     } else {
         0
     }
