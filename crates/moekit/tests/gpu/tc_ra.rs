@@ -7,7 +7,8 @@
 //!   SwiGLU fused and separate, SwiGLU with its output permuted in either
 //!   span order (a down projection of this or the other order)}, rows
 //!   gathered through an expert sort (the x rows permuted once).
-//! * Every tile row count (16/32/64/128/256, the last at each N it runs),
+//! * Every tile row count (16/32/64/128/256, the last at each N it runs;
+//!   64- and 128-row tiles of fewer rows at their narrower N, every format),
 //!   ragged N (not a multiple of the 128/64-column tile), experts with no
 //!   rows, all rows on one expert,
 //!   E = 512 with k = 10, M = 0; K not a multiple of 128 is refused.
@@ -199,6 +200,47 @@ fn every_tile_size_and_edge_layouts() {
     check(a4, DType::Bf16, 64, 10, 512, &sort, 72, 256);
     let sort = sort_of(0, 2, 8, &[], false, 4);
     check(q4k, DType::Bf16, 0, 2, 8, &sort, 64, 256);
+}
+
+/// An expert sort with expert j holding `counts[j]` of the tokens (k = 1),
+/// the tokens shuffled over the experts.
+fn sort_of_counts(counts: &[usize], seed: u64) -> ExpertSort {
+    use rand::seq::SliceRandom;
+    let mut ids: Vec<u32> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(e, &c)| std::iter::repeat_n(e as u32, c))
+        .collect();
+    ids.shuffle(&mut rng(seed));
+    let t = ids.len();
+    let ids = Tensor::from_slice(&ids, &[t, 1]).unwrap();
+    moekit::ops::sort::expert_sort_on(Backend::CpuReference, &ids, counts.len()).unwrap()
+}
+
+/// Tiles narrower than their instance (`RaWidths`): 64-row tiles of 64,
+/// 33, 32, 17, 16 and 3 rows (wgmma N = 64, 32, 16) and 128-row tiles of
+/// 128, 65, 64, 33, 32 and 2 rows (N = 128, 64, 32), for every format tc_ra
+/// runs at those tiles.
+#[test]
+fn narrow_tiles_every_format() {
+    let c64 = [60, 30, 14, 3, 64, 33, 17, 0, 16, 32];
+    let c128 = [120, 65, 30, 130, 100, 128, 64, 33, 0, 32];
+    for (counts, bm) in [(&c64, 64), (&c128, 128)] {
+        let t: usize = counts.iter().sum();
+        let sort = sort_of_counts(counts, bm as u64);
+        for f in WeightFormat::all() {
+            if max_tile(f) < bm {
+                continue;
+            }
+            assert_eq!(
+                tile_rows(t, counts.len(), 1, f),
+                bm,
+                "{f}: the tile this test means"
+            );
+            let kk = 256usize.div_ceil(f.k_granularity().max(SPAN)) * f.k_granularity().max(SPAN);
+            check(f, DType::Bf16, t, 1, counts.len(), &sort, 136, kk);
+        }
+    }
 }
 
 #[test]
