@@ -394,9 +394,7 @@ __device__ __forceinline__ void select_expert(const DecodeParams& p, float* buf,
   if (threadIdx.x < k) ids[threadIdx.x] = id;
   __syncthreads();
   if (threadIdx.x < k) {
-    u32 r = 0;
-    for (u32 j = 0; j < k; ++j) r += ids[j] < id ? 1u : 0u;
-    if (r == blockIdx.y) {
+    if (chosen_below(ids, k, id) == blockIdx.y) {
       s_tok[0] = threadIdx.x;  // slot t·k + j of token 0
       s_n[0] = 1;
       s_n[1] = id | (1u << 16);

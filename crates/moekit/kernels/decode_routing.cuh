@@ -82,6 +82,15 @@ struct SortOut {
 // E ≤ kBlockKeys, TEAM_WARP only otherwise). The gate/up blocks' own routing
 // (fold_route) compiles TEAM_BLOCK with every rule: every expert-format
 // instance of decode_gate_up_mma holds it, so it stays one copy.
+// How many of one token's k chosen experts ids[0..k) (distinct) are below
+// v: expert v's offset in the sorted slots, or, for a chosen v, its rank in
+// the ascending active list.
+__device__ __forceinline__ u32 chosen_below(const u32* ids, u32 k, u32 v) {
+  u32 c = 0;
+  for (u32 j = 0; j < k; ++j) c += ids[j] < v ? 1u : 0u;
+  return c;
+}
+
 template <int RULE, int TEAM>
 __device__ void route_and_sort(const DecodeParams& p, float* buf, route::BlockScratch* s_route, const SortOut& o,
                                bool publish) {
@@ -121,15 +130,10 @@ __device__ void route_and_sort(const DecodeParams& p, float* buf, route::BlockSc
     // an expert's offset is the number of chosen experts below it, and slot
     // j goes to its expert's place — what the counting sort gives, without
     // its passes over E.
-    for (u32 e = threadIdx.x; e <= E; e += blockDim.x) {
-      u32 c = 0;
-      for (u32 j = 0; j < k; ++j) c += ids_s[j] < e ? 1u : 0u;
-      o.offsets[e] = c;
-    }
+    for (u32 e = threadIdx.x; e <= E; e += blockDim.x) o.offsets[e] = chosen_below(ids_s, k, e);
     if (threadIdx.x < k) {
       const u32 id = ids_s[threadIdx.x];
-      u32 r = 0;
-      for (u32 j = 0; j < k; ++j) r += ids_s[j] < id ? 1u : 0u;
+      const u32 r = chosen_below(ids_s, k, id);
       o.active[r] = id;
       o.slots[r] = threadIdx.x;
     }

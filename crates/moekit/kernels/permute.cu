@@ -71,7 +71,7 @@ __global__ void unpermute_rows(const __grid_constant__ UnpermuteParams p) {
     T vals[UNPERM_CHUNK][V];
 #pragma unroll
     for (u32 c = 0; c < UNPERM_CHUNK; ++c) {
-      const T* src = y + (u64)(pos[c] < p.n_rows ? pos[c] : 0u) * p.hidden + c0;
+      const T* src = y + (u64)pos[c] * p.hidden + c0;  // read only where pos[c] < n_rows
       if (pos[c] >= p.n_rows) {
 #pragma unroll
         for (u32 v = 0; v < V; ++v) vals[c][v] = from_f32<T>(0.f);

@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
     run(RaN<BM>{});
   } else {
     if (tile.rows > (u32)W::N2 || (p.p & RA_FULL_N) != 0) run(RaN<W::N1>{});
-    else if (W::N2 == W::N3 || tile.rows > (u32)W::N3) run(RaN<W::N2>{});
+    else if (tile.rows > (u32)W::N3) run(RaN<W::N2>{});
     else run(RaN<W::N3>{});
   }
 #else

@@ -39,6 +39,12 @@ fn to_gpu(w: &QuantWeights) -> QuantWeights {
     w.to_device(gpu()).unwrap()
 }
 
+/// The smallest K ≥ `target` that is whole spans and whole blocks of `f`.
+fn span_k(f: WeightFormat, target: usize) -> usize {
+    let g = f.k_granularity().max(SPAN);
+    target.div_ceil(g) * g
+}
+
 /// Host permutation of each row's spans (what `permute_into` computes).
 fn host_permute(v: &[f32], k: usize, order: SpanOrder) -> Vec<f32> {
     let mut out = vec![0f32; v.len()];
@@ -168,7 +174,7 @@ fn every_format_matches_cpu() {
             assert!(e.contains("staged kernel measured faster"), "{f}: {e}");
             continue;
         }
-        let kk = 256usize.div_ceil(f.k_granularity().max(SPAN)) * f.k_granularity().max(SPAN);
+        let kk = span_k(f, 256);
         for dt in [DType::Bf16, DType::F16] {
             let sort = sort_of(37, 4, 16, &[0, 7, 15], false, 11);
             check(f, dt, 37, 4, 16, &sort, 200, kk);
@@ -217,10 +223,10 @@ fn sort_of_counts(counts: &[usize], seed: u64) -> ExpertSort {
     moekit::ops::sort::expert_sort_on(Backend::CpuReference, &ids, counts.len()).unwrap()
 }
 
-/// Tiles narrower than their instance (`RaWidths`): 64-row tiles of 64,
-/// 33, 32, 17, 16 and 3 rows (wgmma N = 64, 32, 16) and 128-row tiles of
-/// 128, 65, 64, 33, 32 and 2 rows (N = 128, 64, 32), for every format tc_ra
-/// runs at those tiles.
+/// Tiles narrower than their instance (`RaWidths`): 64-row tiles of 3 to
+/// 64 rows, on both sides of 16 and 32 (wgmma N = 64, 32, 16), and 128-row
+/// tiles of 2 to 128 rows, on both sides of 32 and 64 (N = 128, 64, 32), for
+/// every format tc_ra runs at those tiles.
 #[test]
 fn narrow_tiles_every_format() {
     let c64 = [60, 30, 14, 3, 64, 33, 17, 0, 16, 32];
@@ -237,7 +243,7 @@ fn narrow_tiles_every_format() {
                 bm,
                 "{f}: the tile this test means"
             );
-            let kk = 256usize.div_ceil(f.k_granularity().max(SPAN)) * f.k_granularity().max(SPAN);
+            let kk = span_k(f, 256);
             check(f, DType::Bf16, t, 1, counts.len(), &sort, 136, kk);
         }
     }
