@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   fails += check<FmtIQ4_NL>(dir, "iq4_nl", 32);
   fails += check<FmtIQ4_XS>(dir, "iq4_xs", 256);
   fails += check<FmtMXFP4>(dir, "mxfp4", 32);
+  fails += check<FmtNVFP4>(dir, "nvfp4", 64);
   fails += check<FmtIQ2_XXS>(dir, "iq2_xxs", 256);
   fails += check<FmtIQ2_XS>(dir, "iq2_xs", 256);
   fails += check<FmtIQ2_S>(dir, "iq2_s", 256);

@@ -2,8 +2,9 @@
 // types like dequant.cuh's (which includes this file at its end; it is not
 // included on its own). Block structs byte for byte llama.cpp's
 // ggml-common.h and src/format/ggml/{nonlinear,iquant,ternary}.rs:
-//   * IQ4_NL, IQ4_XS (4-bit codes into `kvalues_iq4nl`) and MXFP4 (e2m1
-//     values doubled, e8m0 block scale). A table lookup is one byte permute
+//   * IQ4_NL, IQ4_XS (4-bit codes into `kvalues_iq4nl`), MXFP4 (e2m1
+//     values doubled, e8m0 block scale) and NVFP4 (the same values, an
+//     unsigned e4m3 scale per 16). A table lookup is one byte permute
 //     (`prmt`) of the table held as four words, in registers: the table
 //     entry plus a bias (128 for kvalues_iq4nl, 12 for MXFP4) is a small
 //     unsigned code, so `code_f(entry, bias)` is the exact float of the
@@ -21,10 +22,12 @@ namespace moekit {
 struct block_iq4_nl { f16bits d; u8 qs[16]; };
 struct block_iq4_xs { f16bits d; u16 scales_h; u8 scales_l[QK_K / 64]; u8 qs[QK_K / 2]; };
 struct block_mxfp4 { u8 e; u8 qs[16]; };
+struct block_nvfp4 { u8 d[4]; u8 qs[32]; };
 
 static_assert(sizeof(block_iq4_nl) == 18, "wrong iq4_nl block size/padding");
 static_assert(sizeof(block_iq4_xs) == 136, "wrong iq4_xs block size/padding");
 static_assert(sizeof(block_mxfp4) == 17, "wrong mxfp4 block size/padding");
+static_assert(sizeof(block_nvfp4) == 36, "wrong nvfp4 block size/padding");
 
 #define MOEKIT_SZ(B, f) ((int)sizeof(B::f))
 static_assert(MOEKIT_SZ(block_iq4_nl, d) + MOEKIT_SZ(block_iq4_nl, qs) == 18, "iq4_nl padding");
@@ -35,6 +38,8 @@ constexpr int IQ4_NL_QS = MOEKIT_SZ(block_iq4_nl, d);
 constexpr int IQ4_XS_HEADER = MOEKIT_SZ(block_iq4_xs, d) + MOEKIT_SZ(block_iq4_xs, scales_h) + MOEKIT_SZ(block_iq4_xs, scales_l);
 constexpr int IQ4_XS_QS = IQ4_XS_HEADER;
 constexpr int MXFP4_QS = MOEKIT_SZ(block_mxfp4, e);
+constexpr int NVFP4_QS = MOEKIT_SZ(block_nvfp4, d);
+static_assert(NVFP4_QS + MOEKIT_SZ(block_nvfp4, qs) == 36 && NVFP4_QS == 4, "nvfp4: 4 scale bytes, then the codes");
 static_assert(IQ4_XS_HEADER == 8, "iq4_xs header: d, scales_h, scales_l");
 #undef MOEKIT_SZ
 
@@ -134,6 +139,45 @@ struct FmtMXFP4 : Codes<FmtMXFP4> {
     u32 qs[4];
     load_words<16, align_at(UNIT_BYTES, MXFP4_QS)>(b->qs, qs);
     table_codes(qs, MXFP4_TABLE, MXFP4_BIAS, out);
+  }
+};
+
+// Half of llama.cpp's unsigned e4m3 scale (ggml_ue4m3_to_fp32, halving
+// included; nonlinear.rs `ue4m3_to_f32_half`): bits 3–6 the exponent (bias
+// 7), bits 0–2 the mantissa, bit 7 ignored; 0 and 0x7F are zero; exponent 0
+// is subnormal (m·2^−9). Exact: (8 + m)·2^(e − 11) as f32 bits, or m·2^−10.
+__device__ __forceinline__ float ue4m3_to_f32_half(u32 x) {
+  x &= 0xFFu;
+  const u32 e = (x >> 3) & 15u, m = x & 7u;
+  if (x == 0 || x == 0x7Fu) return 0.f;
+  return e == 0 ? __fmul_rn((float)m, 0x1p-10f) : __uint_as_float(((e + 119u) << 23) | (m << 20));
+}
+
+// NVFP4: 36-byte blocks of 64 weights (4-byte loads); chunk c is groups
+// 2(c % 2) and 2(c % 2) + 1 of block c / 2, each 8 code bytes (low
+// nibbles: the group's weights 0..8, high: 8..16) with its own scale.
+struct FmtNVFP4 : Codes<FmtNVFP4> {
+  typedef block_nvfp4 B;
+  static constexpr int CHUNK = 32, UNIT_W = 64, UNIT_BYTES = sizeof(B);
+  static constexpr int SUB = 16;
+  static constexpr bool HAS_B = false;
+  typedef void Scale;
+  __device__ static __forceinline__ void codes(const QRow& r, u32 c, float (&out)[CHUNK], float (&ka)[CHUNK / SUB],
+                                                    float (&kb)[CHUNK / SUB]) {
+    const B* b = reinterpret_cast<const B*>(r.data) + (c >> 1);
+    const u32 h = c & 1u;
+    u32 d[1], qs[4];
+    load_words<4, align_at(UNIT_BYTES, 0)>(reinterpret_cast<const u8*>(b), d);
+    load_words<16, align_at(UNIT_BYTES, NVFP4_QS)>(b->qs + 16 * h, qs);
+    ka[0] = ue4m3_to_f32_half(d[0] >> (16 * h));
+    ka[1] = ue4m3_to_f32_half(d[0] >> (16 * h + 8));
+    kb[0] = kb[1] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const u32 q = byte_of(qs, j), at = 16 * (j >> 3) + (j & 7);
+      out[at] = code_f(table16(MXFP4_TABLE, q & 15), MXFP4_BIAS);
+      out[at + 8] = code_f(table16(MXFP4_TABLE, q >> 4), MXFP4_BIAS);
+    }
   }
 };
 

@@ -514,21 +514,21 @@ fn dense_and_out_of_range_blocks_are_errors() {
 
 #[test]
 fn unsupported_types_and_architectures_are_named() {
-    // nvfp4 (not supported yet) takes fewer bytes than the q8_0 it relabels,
+    // q1_0 (not supported yet) takes fewer bytes than the q8_0 it relabels,
     // so the file stays valid.
     let mut b = read_bytes("glm4moe_q8_0");
     let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
     assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
-    b[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
+    b[at..at + 4].copy_from_slice(&41u32.to_le_bytes());
     let ck = parse(b).unwrap();
     let e = ck.moe_block(1, &|_, _| {}).unwrap_err().to_string();
     assert!(
         e.contains("blk.1.ffn_up_exps.weight")
-            && e.contains("nvfp4")
+            && e.contains("q1_0")
             && e.contains("in-memory.gguf"),
         "{e}"
     );
-    assert!(ck.tensors().iter().any(|t| t.format == "nvfp4"));
+    assert!(ck.tensors().iter().any(|t| t.format == "q1_0"));
 
     let mut b = read_bytes("olmoe_q5");
     assert!(replace_all(&mut b, b"olmoe", b"olmoz") > 1);
@@ -580,6 +580,48 @@ fn q4_0_bytes_read_as_iq4_nl_run_on_both_cpu_paths() {
     assert!(e <= NMSE_MAX, "fast vs reference: NMSE {e:e}");
     // Different weights than the q4_0 file's, so a different output.
     assert!(nmse(&refr, &reference("qwen2moe_q4_0", 0)) > 1e-3);
+}
+
+#[test]
+fn q8_0_bytes_read_as_nvfp4_run_on_both_cpu_paths() {
+    // NVFP4 (64-weight blocks of 36 bytes) takes fewer bytes than the q8_0
+    // it relabels; the layer that refused it before now loads and runs, the
+    // fast path (generic decoder) matching the reference. The random q8_0
+    // bytes make every scale byte appear, so the weights are large but
+    // finite (unsigned e4m3 tops out at 240 after halving).
+    let mut b = read_bytes("glm4moe_q8_0");
+    let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
+    assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
+    b[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
+    let ck = parse(b).unwrap();
+    let block = ck.moe_block(1, &|_, _| {}).unwrap();
+    let moekit::ops::act::GateUp::Separate { up, .. } = &block.parts().gate_up else {
+        panic!("separate gate and up");
+    };
+    assert_eq!(up.format().to_string(), "nvfp4");
+    let x = input("glm4moe_q8_0");
+    let run = |backend| {
+        let out = with_act_mode(ActMode::F32, || block.forward_on(backend, &x))
+            .unwrap()
+            .out;
+        out.to_f32_vec().unwrap()
+    };
+    let (refr, fast) = (run(Backend::CpuReference), run(Backend::CpuFast));
+    assert!(refr.iter().all(|v| v.is_finite()));
+    let e = nmse(&fast, &refr);
+    assert!(e <= NMSE_MAX, "fast vs reference: NMSE {e:e}");
+    assert!(nmse(&refr, &reference("glm4moe_q8_0", 1)) > 1e-3);
+
+    // The per-expert scales of NVFP4 GGUFs are refused by name.
+    let mut b = read_bytes("glm4moe_q8_0");
+    let from = b"blk.1.ffn_up_exps.weight";
+    let to = b"blk.1.ffn_up_exps.scale\0";
+    assert_eq!(replace_all(&mut b, from, &to[..from.len()]), 1);
+    let e = match parse(b).and_then(|ck| ck.moe_block(1, &|_, _| {}).map(|_| ())) {
+        Err(e) => e.to_string(),
+        Ok(()) => panic!("a layer with `ffn_up_exps.scale` loaded"),
+    };
+    assert!(e.contains("blk.1.ffn_up_exps.scale"), "{e}");
 }
 
 /// Loads `bytes` completely (summary, listing, every MoE block, a forward

@@ -4,6 +4,7 @@
 use crate::common::*;
 use moekit::cpu::{with_act_mode, ActMode};
 use moekit::format::random::random_weights;
+use moekit::format::GgmlType;
 use moekit::moe::{MoeBlock, MoeBlockParts, MoePath, MoeTrace, SharedExpert};
 use moekit::ops::act::GateUp;
 use moekit::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
@@ -129,6 +130,20 @@ fn run(b: &MoeBlock, path: MoePath, x: &Tensor) -> Vec<f32> {
 
 #[test]
 fn decode_matches_cpu_for_every_format() {
+    for f in WeightFormat::all() {
+        decode_matches_cpu(f);
+    }
+}
+
+/// GGUF NVFP4 (64-weight blocks) alone, for runs that filter on it.
+#[test]
+fn nvfp4_decode_matches_cpu() {
+    decode_matches_cpu(WeightFormat::Ggml(GgmlType::NVFP4));
+}
+
+/// The decode path of a block of format `f` (E = 32, k = 4, a shared
+/// expert) against the CPU at T = 1, 3 and 64, f32 and bf16 activations.
+fn decode_matches_cpu(f: WeightFormat) {
     let s = Shape {
         e: 32,
         k: 4,
@@ -138,20 +153,18 @@ fn decode_matches_cpu_for_every_format() {
         fused: false,
         gated: true,
     };
-    for f in WeightFormat::all() {
-        let cpu = block(
-            f,
-            &s,
-            RouterKind::SoftmaxTopK {
-                norm_topk_prob: true,
-            },
-        );
-        let dev = cpu.to_device(gpu()).unwrap();
-        for t in [1, 3, 64] {
-            for dt in [DType::F32, DType::Bf16] {
-                let x = random(&[t, s.h], dt, t as u64 + 10);
-                decode_vs_cpu(&cpu, &dev, &x, &format!("{f} T={t}"));
-            }
+    let cpu = block(
+        f,
+        &s,
+        RouterKind::SoftmaxTopK {
+            norm_topk_prob: true,
+        },
+    );
+    let dev = cpu.to_device(gpu()).unwrap();
+    for t in [1, 3, 64] {
+        for dt in [DType::F32, DType::Bf16] {
+            let x = random(&[t, s.h], dt, t as u64 + 10);
+            decode_vs_cpu(&cpu, &dev, &x, &format!("{f} T={t}"));
         }
     }
 }

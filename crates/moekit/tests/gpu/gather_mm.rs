@@ -375,8 +375,15 @@ fn ggml_k_quants_match_cpu() {
     }
 }
 
+/// GGUF NVFP4 (64-weight blocks of 36 bytes) alone, for runs that filter
+/// on it (also in the test below).
+#[test]
+fn ggml_nvfp4_matches_cpu() {
+    check_format(WeightFormat::Ggml(GgmlType::NVFP4), DType::F32);
+}
+
 /// IQ4_NL, IQ4_XS, MXFP4 (17-byte blocks: odd row lengths at K = 1120),
-/// the IQ1–IQ3 grid types and TQ1_0, TQ2_0.
+/// NVFP4, the IQ1–IQ3 grid types and TQ1_0, TQ2_0.
 #[test]
 fn ggml_iq_mxfp4_and_ternary_types_match_cpu() {
     for t in GgmlType::ALL.into_iter().filter(|&t| is_issue_12_type(t)) {

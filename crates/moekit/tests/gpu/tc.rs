@@ -524,16 +524,28 @@ fn run(b: &MoeBlock, x: &Tensor) -> Vec<f32> {
 #[test]
 fn block_matches_cpu_for_every_format() {
     for f in WeightFormat::all() {
-        let h = round_k(f, 512);
-        let i = round_k(f, 256);
-        let cpu = block(f, 32, 4, h, i, true);
-        let dev = cpu.to_device(gpu()).unwrap();
-        for t in [1, 40, 300] {
-            let x = random(&[t, h], DType::Bf16, t as u64);
-            let want = cpu_forward(&cpu, &x);
-            let e = nmse(&run(&dev, &x), &want);
-            assert!(e <= 1e-3, "tc block {f} T={t}: NMSE {e:e}");
-        }
+        block_matches_cpu(f);
+    }
+}
+
+/// GGUF NVFP4 (64-weight blocks) alone, for runs that filter on it.
+#[test]
+fn nvfp4_block_matches_cpu() {
+    block_matches_cpu(WeightFormat::Ggml(GgmlType::NVFP4));
+}
+
+/// A tensor-core block of format `f` (E = 32, k = 4) against the CPU at
+/// T = 1, 40 and 300.
+fn block_matches_cpu(f: WeightFormat) {
+    let h = round_k(f, 512);
+    let i = round_k(f, 256);
+    let cpu = block(f, 32, 4, h, i, true);
+    let dev = cpu.to_device(gpu()).unwrap();
+    for t in [1, 40, 300] {
+        let x = random(&[t, h], DType::Bf16, t as u64);
+        let want = cpu_forward(&cpu, &x);
+        let e = nmse(&run(&dev, &x), &want);
+        assert!(e <= 1e-3, "tc block {f} T={t}: NMSE {e:e}");
     }
 }
 

@@ -103,6 +103,7 @@ pub fn format_type(format: WeightFormat, scale_dtype: DType) -> Result<String> {
                 GgmlType::IQ4_NL => "IQ4_NL",
                 GgmlType::IQ4_XS => "IQ4_XS",
                 GgmlType::MXFP4 => "MXFP4",
+                GgmlType::NVFP4 => "NVFP4",
                 GgmlType::IQ2_XXS => "IQ2_XXS",
                 GgmlType::IQ2_XS => "IQ2_XS",
                 GgmlType::IQ2_S => "IQ2_S",

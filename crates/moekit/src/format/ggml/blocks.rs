@@ -3,7 +3,7 @@
 //!
 //! Every block is `Pod` (no padding: the only wider field is the 2-byte
 //! `f16`, and every block holding one has an even size), so a byte row can be
-//! viewed as `&[Block]` when it is aligned (2 bytes; 1 for MXFP4 and IQ1_M)
+//! viewed as `&[Block]` when it is aligned (2 bytes; 1 for MXFP4, NVFP4 and IQ1_M)
 //! and is read block by block otherwise. The table-based blocks (IQ4_NL,
 //! IQ4_XS, MXFP4) are in [`super::nonlinear`], the grid i-quants in
 //! [`super::iquant`], the ternary ones in [`super::ternary`].

@@ -34,7 +34,7 @@ use blocks::{
 use iquant::{
     BlockIQ1_M, BlockIQ1_S, BlockIQ2_S, BlockIQ2_XS, BlockIQ2_XXS, BlockIQ3_S, BlockIQ3_XXS,
 };
-use nonlinear::{BlockIQ4_NL, BlockIQ4_XS, BlockMXFP4};
+use nonlinear::{BlockIQ4_NL, BlockIQ4_XS, BlockMXFP4, BlockNVFP4};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use std::fmt;
@@ -70,6 +70,9 @@ pub enum GgmlType {
     IQ4_XS,
     /// 32 weights, e8m0 scale, 4-bit e2m1 (FP4) codes (OCP MX).
     MXFP4,
+    /// 64 weights: 4-bit e2m1 (FP4) codes with an unsigned e4m3 scale per 16
+    /// (NVIDIA NVFP4).
+    NVFP4,
     /// Super-block of 256: 2.06 bpw, 8-weight grid `iq2xxs_grid`, 7-bit sign indices.
     IQ2_XXS,
     /// Super-block of 256: 2.31 bpw, 9-bit indices into `iq2xs_grid`.
@@ -92,7 +95,7 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every supported type.
-    pub const ALL: [GgmlType; 22] = [
+    pub const ALL: [GgmlType; 23] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
@@ -106,6 +109,7 @@ impl GgmlType {
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
         GgmlType::MXFP4,
+        GgmlType::NVFP4,
         GgmlType::IQ2_XXS,
         GgmlType::IQ2_XS,
         GgmlType::IQ2_S,
@@ -134,6 +138,7 @@ impl GgmlType {
             IQ4_NL => Facts::new("iq4_nl", 20, 32, 18),
             IQ4_XS => Facts::new("iq4_xs", 23, QK_K, 136),
             MXFP4 => Facts::new("mxfp4", 39, 32, 17),
+            NVFP4 => Facts::new("nvfp4", 40, 64, 36),
             IQ2_XXS => Facts::new("iq2_xxs", 16, QK_K, 66),
             IQ2_XS => Facts::new("iq2_xs", 17, QK_K, 74),
             IQ2_S => Facts::new("iq2_s", 22, QK_K, 82),
@@ -168,7 +173,7 @@ impl GgmlType {
         self.facts().id
     }
     /// The type of a `ggml_type` value; `None` for types moekit does not support
-    /// (F32, F16, Q8_1, Q8_K, NVFP4, …).
+    /// (F32, F16, Q8_1, Q8_K, Q1_0, …).
     pub fn from_ggml_type_id(id: u32) -> Option<GgmlType> {
         GgmlType::ALL.into_iter().find(|t| t.ggml_type_id() == id)
     }
@@ -221,6 +226,7 @@ fn with_block<F: WithBlock>(ty: GgmlType, f: F) -> F::Output {
         GgmlType::IQ4_NL => f.run::<BlockIQ4_NL>(),
         GgmlType::IQ4_XS => f.run::<BlockIQ4_XS>(),
         GgmlType::MXFP4 => f.run::<BlockMXFP4>(),
+        GgmlType::NVFP4 => f.run::<BlockNVFP4>(),
         GgmlType::IQ2_XXS => f.run::<BlockIQ2_XXS>(),
         GgmlType::IQ2_XS => f.run::<BlockIQ2_XS>(),
         GgmlType::IQ2_S => f.run::<BlockIQ2_S>(),
@@ -367,7 +373,7 @@ impl WithBlock for RandomBlocks {
 }
 
 /// `n_blocks` random valid blocks of `ty` (deterministic in `seed`): random
-/// code bytes, finite scales (f16; MXFP4: e8m0) sized so the weights are
+/// code bytes, finite scales (f16; MXFP4: e8m0, NVFP4: unsigned e4m3) sized so the weights are
 /// O(0.01–0.1).
 pub fn random_blocks(ty: GgmlType, n_blocks: usize, seed: u64) -> Vec<u8> {
     with_block(ty, RandomBlocks { n_blocks, seed })
@@ -391,8 +397,8 @@ mod tests {
             let (t, size, align) = with_block(ty, SizeOf);
             assert_eq!(t, ty);
             assert_eq!(size, ty.type_size(), "{ty}");
-            // MXFP4 and IQ1_M have no f16 field: byte-aligned.
-            let byte_aligned = matches!(ty, GgmlType::MXFP4 | GgmlType::IQ1_M);
+            // MXFP4, NVFP4 and IQ1_M have no f16 field: byte-aligned.
+            let byte_aligned = matches!(ty, GgmlType::MXFP4 | GgmlType::NVFP4 | GgmlType::IQ1_M);
             let want_align = if byte_aligned { 1 } else { 2 };
             assert_eq!(align, want_align, "{ty}");
         }
@@ -403,13 +409,16 @@ mod tests {
         let ids: Vec<u32> = GgmlType::ALL.iter().map(|t| t.ggml_type_id()).collect();
         assert_eq!(
             ids,
-            [2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 39, 16, 17, 22, 18, 21, 19, 29, 34, 35]
+            [
+                2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 39, 40, 16, 17, 22, 18, 21, 19, 29, 34,
+                35
+            ]
         );
         for ty in GgmlType::ALL {
             assert_eq!(GgmlType::from_ggml_type_id(ty.ggml_type_id()), Some(ty));
             assert_eq!(GgmlType::parse(&ty.name().to_uppercase()), Some(ty));
         }
-        for id in [0, 1, 4, 5, 9, 15, 24, 30, 40, 41, u32::MAX] {
+        for id in [0, 1, 4, 5, 9, 15, 24, 30, 41, 42, u32::MAX] {
             assert_eq!(GgmlType::from_ggml_type_id(id), None, "{id}");
         }
     }

@@ -1,13 +1,14 @@
 //! The GGUF blocks with 4-bit codes into a non-linear table: IQ4_NL and
-//! IQ4_XS (`kvalues_iq4nl`) and MXFP4 (e2m1 values doubled, with an e8m0
-//! block scale), laid out exactly as llama.cpp's `ggml-common.h`.
+//! IQ4_XS (`kvalues_iq4nl`), MXFP4 (e2m1 values doubled, with an e8m0
+//! block scale) and NVFP4 (the same values with an unsigned e4m3 scale per
+//! 16), laid out exactly as llama.cpp's `ggml-common.h`.
 //!
-//! Dequantization follows `dequantize_row_iq4_nl`, `dequantize_row_iq4_xs`
-//! and `dequantize_row_mxfp4` of ggml-quants.c (and gguf-py's
-//! `gguf.quants`): one f32 product of the block (or sub-block) scale and the
-//! table value, so results are bit-identical in f32. In every block, weight
-//! `j < 16` of a 32-weight group is the low nibble of byte `j` of the
-//! group's 16 code bytes, weight `j + 16` its high nibble.
+//! Dequantization follows `dequantize_row_iq4_nl`, `dequantize_row_iq4_xs`,
+//! `dequantize_row_mxfp4` and `dequantize_row_nvfp4` of ggml-quants.c (and
+//! gguf-py's `gguf.quants`): one f32 product of the block (or sub-block)
+//! scale and the table value, so results are bit-identical in f32. In every
+//! group of `2n` weights (32; NVFP4: 16), weight `j < n` is the low nibble
+//! of byte `j` of the group's `n` code bytes, weight `j + n` its high nibble.
 
 use super::blocks::{random_scale, Block, QK_K};
 use super::GgmlType;
@@ -61,7 +62,20 @@ pub struct BlockMXFP4 {
     pub qs: [u8; 16],
 }
 
+/// `block_nvfp4`: 64 weights in 4 groups of 16, group `s` weights
+/// `ue4m3(d[s])/2 · kvalues_mxfp4[q]` ([`ue4m3_to_f32_half`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockNVFP4 {
+    /// Unsigned e4m3 scale of each 16-weight group.
+    pub d: [u8; 4],
+    /// Nibbles: 8 bytes a group (low: weights 0..8, high: 8..16).
+    pub qs: [u8; 32],
+}
+
 const _: () = assert!(std::mem::size_of::<BlockIQ4_NL>() == 18);
+const _: () = assert!(std::mem::size_of::<BlockNVFP4>() == 36);
+const _: () = assert!(GgmlType::NVFP4.type_size() == 36 && GgmlType::NVFP4.block_size() == 64);
 const _: () = assert!(std::mem::size_of::<BlockIQ4_XS>() == 136);
 const _: () = assert!(std::mem::size_of::<BlockMXFP4>() == 17);
 const _: () = assert!(GgmlType::IQ4_NL.type_size() == 18 && GgmlType::IQ4_XS.type_size() == 136);
@@ -79,8 +93,26 @@ pub fn e8m0_to_f32_half(e: u8) -> f32 {
     f32::from_bits(bits)
 }
 
-/// A 32-weight group from its 16 code bytes: `out[j] = d·table[low nibble]`,
-/// `out[j + 16] = d·table[high nibble]`.
+/// Half of llama.cpp's unsigned e4m3 scale (`ggml_ue4m3_to_fp32`, which
+/// includes the halving that matches the doubled `kvalues_mxfp4`): bits 3–6
+/// the exponent (bias 7), bits 0–2 the mantissa, bit 7 ignored; 0 and 0x7F
+/// are zero; exponent 0 is subnormal (`m·2^−9`). Exact for every byte.
+#[inline(always)]
+pub fn ue4m3_to_f32_half(x: u8) -> f32 {
+    if x == 0 || x == 0x7F {
+        return 0.0;
+    }
+    let (e, m) = (i32::from((x >> 3) & 0x0F), f32::from(x & 7));
+    let raw = if e == 0 {
+        m * 2f32.powi(-9)
+    } else {
+        (1.0 + m / 8.0) * 2f32.powi(e - 7)
+    };
+    raw * 0.5
+}
+
+/// A group of `2n` weights from its `n` code bytes: `out[j] = d·table[low
+/// nibble of byte j]`, `out[j + n] = d·table[its high nibble]`.
 #[inline(always)]
 fn table_group(qs: &[u8], d: f32, table: &[i8; 16], out: &mut [f32]) {
     let (lo, hi) = out.split_at_mut(out.len() / 2);
@@ -137,6 +169,29 @@ impl Block for BlockIQ4_XS {
     }
 }
 
+impl Block for BlockNVFP4 {
+    const TYPE: GgmlType = GgmlType::NVFP4;
+    #[inline]
+    fn dequantize(&self, out: &mut [f32]) {
+        if out.len() != 64 {
+            return;
+        }
+        for ((o16, q8), &d) in out
+            .chunks_exact_mut(16)
+            .zip(self.qs.chunks_exact(8))
+            .zip(&self.d)
+        {
+            table_group(q8, ue4m3_to_f32_half(d), &KVALUES_MXFP4, o16);
+        }
+    }
+    fn randomize_scales(&mut self, rng: &mut StdRng) {
+        // Exponent 1: 12·d in [0.09, 0.18], weights O(0.01–0.1).
+        for d in &mut self.d {
+            *d = rng.random_range(0x08..=0x0F);
+        }
+    }
+}
+
 impl Block for BlockMXFP4 {
     const TYPE: GgmlType = GgmlType::MXFP4;
     #[inline]
@@ -161,6 +216,39 @@ mod tests {
             let want = (f64::from(e) - 128.0).exp2();
             assert_eq!(f64::from(e8m0_to_f32_half(e)), want, "{e}");
         }
+    }
+
+    #[test]
+    fn ue4m3_half_matches_ggml_for_every_byte() {
+        // ggml_ue4m3_to_fp32 in f64: 0 and 0x7F zero, bit 7 ignored.
+        for x in 0..=255u8 {
+            let (e, m) = (i32::from((x >> 3) & 15), f64::from(x & 7));
+            let raw = if e == 0 {
+                m * 2f64.powi(-9)
+            } else {
+                (1.0 + m / 8.0) * 2f64.powi(e - 7)
+            };
+            let want = if x == 0 || x == 0x7F { 0.0 } else { raw / 2.0 };
+            assert_eq!(f64::from(ue4m3_to_f32_half(x)), want, "{x:#x}");
+        }
+        assert_eq!(ue4m3_to_f32_half(0x38), 0.5);
+        assert_eq!(ue4m3_to_f32_half(0x80), 0.0);
+        assert_eq!(ue4m3_to_f32_half(0xFF), 240.0);
+    }
+
+    #[test]
+    fn nvfp4_groups_take_their_own_scale_and_nibbles() {
+        let mut b = BlockNVFP4::zeroed();
+        b.d = [0x38, 0x40, 0x00, 0x30]; // 0.5, 1, 0, 0.25
+        b.qs[0] = 0x71; // group 0: weight 0 code 1, weight 8 code 7
+        b.qs[8] = 0xF9; // group 1: weight 16 code 9 (−1), weight 24 code 15 (−12)
+        b.qs[31] = 0x26; // group 3: weight 55 code 6 (8), weight 63 code 2 (2)
+        let mut out = [f32::NAN; 64];
+        b.dequantize(&mut out);
+        assert_eq!((out[0], out[8]), (0.5, 6.0));
+        assert_eq!((out[16], out[24]), (-1.0, -12.0));
+        assert_eq!((out[55], out[63]), (2.0, 0.5));
+        assert!(out[32..48].iter().all(|&v| v == 0.0));
     }
 
     #[test]

@@ -108,7 +108,7 @@ impl TensorType {
     }
 
     /// The moekit weight format of this type: dense f32/f16/bf16 or a supported
-    /// GGML block type; `None` for the rest (NVFP4, Q1_0, Q8_K, integers, ...).
+    /// GGML block type; `None` for the rest (Q1_0, Q8_K, integers, ...).
     pub fn weight_format(&self) -> Option<WeightFormat> {
         match self.id {
             0 => Some(WeightFormat::Dense(DType::F32)),

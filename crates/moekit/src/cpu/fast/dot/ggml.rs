@@ -2,7 +2,7 @@
 //! [`legacy`](super::legacy), the K-quants in [`kquant`](super::kquant).
 //! IQ4_NL and MXFP4 are 32-weight blocks with table-coded weights, IQ4_XS
 //! a K-quant-like super-block; the grid and ternary types (IQ1–IQ3, TQ*)
-//! have no fused kernel yet: their rows are decoded, then dotted
+//! and NVFP4 have no fused f32 kernel: their rows are decoded, then dotted
 //! ([`Decode`]).
 
 use super::{kquant, legacy, run, Decode, RowKernel, Run, Simd, XSums};
@@ -39,7 +39,8 @@ pub(super) fn run_for<V: Simd>(t: GgmlType) -> Run {
         | GgmlType::IQ1_S
         | GgmlType::IQ1_M
         | GgmlType::TQ1_0
-        | GgmlType::TQ2_0 => run::<Decode, V>,
+        | GgmlType::TQ2_0
+        | GgmlType::NVFP4 => run::<Decode, V>,
     }
 }
 
