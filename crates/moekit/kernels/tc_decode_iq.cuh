@@ -5,11 +5,17 @@
 //   IQ4_NL  18-byte blocks of 32: f16 d, 16 code bytes (Q4_0's layout);
 //   MXFP4   17-byte blocks of 32: e8m0 e, 16 code bytes (any alignment);
 //   IQ4_XS  136-byte super-blocks of 256: f16 d, 6-bit sub-block scales,
-//           group g's 16 code bytes at 8 + 16g.
+//           group g's 16 code bytes at 8 + 16g;
+//   NVFP4   36-byte blocks of 64: 4 unsigned e4m3 scales (one per 16
+//           weights), then 8 code bytes a group of 16.
 //
-// In each, weight j < 16 of a 32-weight group is the low nibble of code byte
-// j and weight j + 16 its high nibble, so unit u (weights 8u .. 8u + 7) takes
-// the low (u < 2) or high (u ≥ 2) nibbles of code words 2(u & 1), + 1.
+// In the first three, weight j < 16 of a 32-weight group is the low nibble
+// of code byte j and weight j + 16 its high nibble, so unit u (weights 8u ..
+// 8u + 7) takes the low (u < 2) or high (u ≥ 2) nibbles of code words
+// 2(u & 1), + 1. In NVFP4's groups of 16 the low nibbles of the group's 8
+// bytes are its weights 0..7, the high nibbles 8..15, so unit u takes the
+// low (u even) or high (u odd) nibbles of code words 2(u >> 1), + 1, with
+// the scale of group u >> 1.
 //
 // Table: the 16 entries plus their bias (a byte each, `Table16`) are looked
 // up for all 8 nibbles of a code word at once, as llama.cpp's
@@ -20,9 +26,10 @@
 //
 // Conversion, as Q8_0's bf16 path (tc_decode_gguf.cuh): PRMT builds the f32
 // 2^15 + e (the biased entry e < 256 in bits 8..15), then
-//   IQ4_NL, MXFP4: one FFMA with the scale a and c = −(2^15 + bias)·a gives
-//     (e − bias)·a = v·a exactly (c is exact: 2^15 + 128 = 257·2^7 times an
-//     f16 d, 9 + 11 bits; 2^15 + 12 = 8195·4 times a power of two);
+//   IQ4_NL, MXFP4, NVFP4: one FFMA with the scale a and c = −(2^15 +
+//     bias)·a gives (e − bias)·a = v·a exactly (c is exact: 2^15 + 128 =
+//     257·2^7 times an f16 d, 9 + 11 bits; 2^15 + 12 = 8195·4 times a power
+//     of two, or an unsigned e4m3 of at most 4 significant bits: 17);
 //   IQ4_XS: a = d·(ls − 32) has up to 17 significant bits, so c would not be
 //     exact: one FADD leaves v exactly, one FMUL the exact v·a (≤ 24 bits).
 // One rounding to T by the pack: the same bits as the generic decoder
@@ -173,7 +180,47 @@ struct TcDecIq4Xs : TcDecTable4<T, Iq4XsBlock, false> {
   }
 };
 
+// NVFP4: half h = (col / 32) % 2 of the block (4-byte aligned: 36-byte
+// blocks), its groups 2h, 2h + 1: scale bytes h·2, h·2 + 1 of the first
+// word, code words 1 + 4h .. 4 + 4h. unit(0) and unit(2) look up a group's
+// words, keeping the high-nibble entries for unit(1) and unit(3).
+template <typename T>
+struct TcDecNvfp4 {
+  u32 q[4], d;
+  bool ok;
+  mutable u32 hi[2];
+  __device__ __forceinline__ void load(const TcSlice& s) {
+    const u8* blk = s.data + (s.col / 64) * sizeof(block_nvfp4);
+    const u32* p = reinterpret_cast<const u32*>(blk);
+    const u32 h = (s.col / 32) & 1u;
+    d = p[0] >> (16 * h);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = p[1 + 4 * h + i];
+    ok = s.cols != 0;
+  }
+  __device__ __forceinline__ uint4 unit(int u) const {
+    // No columns: scale 0, exact zeros.
+    const float a = ok ? ue4m3_to_f32_half(d >> (8 * (u >> 1))) : 0.f;
+    const float m = -(32768.f + (float)MXFP4_BIAS);
+    const float c = __fmul_rn(a, m);
+    const int w = 2 * (u >> 1);
+    u32 e0, e1;
+    if ((u & 1) == 0) {
+      table8(MXFP4_TABLE, q[w], e0, hi[0]);
+      table8(MXFP4_TABLE, q[w + 1], e1, hi[1]);
+    } else {
+      e0 = hi[0];
+      e1 = hi[1];
+    }
+    uint4 r;
+    entries4<T, true>(e0, a, c, m, r.x, r.y);
+    entries4<T, true>(e1, a, c, m, r.z, r.w);
+    return r;
+  }
+};
+
 template <typename T> struct TcDecOf<FmtIQ4_NL, T> { typedef TcDecIq4Nl<T> type; };
+template <typename T> struct TcDecOf<FmtNVFP4, T> { typedef TcDecNvfp4<T> type; };
 template <typename T> struct TcDecOf<FmtMXFP4, T> { typedef TcDecMxfp4<T> type; };
 template <typename T> struct TcDecOf<FmtIQ4_XS, T> { typedef TcDecIq4Xs<T> type; };
 

@@ -311,6 +311,7 @@ fn tile_decoders_give_the_reference_bits() {
                     | GgmlType::IQ4_NL
                     | GgmlType::IQ4_XS
                     | GgmlType::MXFP4
+                    | GgmlType::NVFP4
             )
         );
         let dts: &[DType] = if fast {
