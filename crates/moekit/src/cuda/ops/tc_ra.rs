@@ -244,6 +244,7 @@ pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Resu
 /// | affine2-g64 | 0.91 0.89 0.94 1.27 | 64 |
 /// | affine3-g64 | 0.91 0.90 0.99 1.31 | 64 |
 /// | mxfp4 | 0.81 0.81 0.84 1.03 | 64 |
+/// | nvfp4 (GGUF; 2026-11-29_s21/run4, T = 16 on the decode path) | – 0.89 0.89 1.21 | 64 |
 /// | q4_0 | 0.85 0.85 0.86 1.11 | 64 |
 /// | fp8-b128 | 0.92 0.91 1.01 1.30 | 16 |
 /// | q8_0 | 0.96 0.96 1.16 1.17 | 16 |
@@ -272,7 +273,7 @@ pub fn max_tile(format: WeightFormat) -> usize {
             _ => 0,
         },
         WeightFormat::Ggml(G::IQ4_XS | G::Q4_K) => 256,
-        WeightFormat::Ggml(G::MXFP4 | G::Q4_0) => 64,
+        WeightFormat::Ggml(G::MXFP4 | G::NVFP4 | G::Q4_0) => 64,
         WeightFormat::Ggml(G::Q8_0) | WeightFormat::Fp8Block { .. } => 16,
         _ => 0,
     }
