@@ -81,6 +81,9 @@ mod blocks_x86;
 mod codebook;
 #[cfg(target_arch = "x86_64")]
 mod codebook_x86;
+mod grid;
+#[cfg(target_arch = "x86_64")]
+mod grid_x86;
 mod portable;
 mod quant;
 #[cfg(target_arch = "x86_64")]
@@ -398,6 +401,7 @@ fn run_at<const R: usize>(level: SimdLevel, f: QFormat) -> Option<Run<R>> {
         QFormat::MlxFp(MlxFpMode::Mxfp4) => return codebook::run_for::<MlxMxfp4, R>(level),
         QFormat::MlxFp(MlxFpMode::Nvfp4) => return codebook::run_for::<MlxNvfp4, R>(level),
         QFormat::MlxFp(_) => return None,
+        QFormat::Ggml(t) if grid::is_grid(t) => return grid::run_for::<R>(level, t),
         QFormat::Ggml(t) => t,
         QFormat::Affine(bits, s) => return affine::run_for::<R>(level, bits, s),
     };
