@@ -1,12 +1,16 @@
 //! The 256-bit kernels of the grid and ternary types of [`super::grid`],
 //! generic over the level's multiply-add ([`Dot`]: AVX2, AVX-VNNI, and
 //! AVX512-VNNI's EVEX forms on 256-bit vectors). Each type only decodes a
-//! chunk of 32 weights into two vectors ([`GridX86::chunk_ymm`]): the
-//! magnitudes `|q|` (grid bytes looked up from the indices with scalar
-//! loads) and the signs as bytes ±1 (IQ2_XXS, IQ2_XS, IQ3_XXS: 8 bytes per
-//! 7-bit sign index from [`SIGNS7`], derived from `ksigns_iq2xs`; IQ2_S,
-//! IQ3_S: their sign bits spread by a byte shuffle, [`sign_bits`]; IQ1_*
-//! and TQ*: `q` itself). Per chunk and activation row, `vpmaddubsw(|q|,
+//! chunk of 32 weights into two vectors ([`GridX86::chunk_ymm`]) and its
+//! super-block's 16 group scales into two ([`GridX86::scales_ymm`]): the
+//! magnitudes `|q|` are grid bytes, looked up with scalar loads (IQ2_XXS,
+//! IQ2_XS: measured faster than a gather of 4 entries on Zen 4) or AVX2
+//! gathers (IQ2_S, IQ1_S, IQ1_M: 4 entries; IQ3_XXS, IQ3_S: 8 entries of 4
+//! bytes, 20% faster than scalar loads); the signs are bytes ±1: the 7-bit
+//! `ksigns_iq2xs` indices of IQ2_XXS, IQ2_XS, IQ3_XXS spread to their
+//! bytes with the eighth sign their parity ([`signs7_at`], no table), the
+//! sign bits of IQ2_S, IQ3_S spread by a byte shuffle ([`sign_bits`]),
+//! IQ1_* and TQ* `q` itself. Per chunk and activation row, `vpmaddubsw(|q|,
 //! sign(y, q))` gives the pair sums `q·y` (16 bits: `|q| ≤ 62`), and
 //! [`Dot::dpwssd`] adds them times the 16-bit multipliers `2^s·sc` (the
 //! activations' pair multipliers times the group scales, ≤ 496) to the
@@ -35,7 +39,7 @@ use super::{chunk, each_row, finish, run_rows, QRow, Rows, Run, RUN};
 use crate::cpu::SimdLevel;
 use crate::error::Result;
 use crate::format::ggml::iq_grids::{
-    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
 };
 use crate::format::ggml::GgmlType;
 use crate::format::RowDecoder;
@@ -47,37 +51,51 @@ pub(super) trait GridX86: Grid {
     /// bytes: `(m, s)` with `m` unsigned bytes ≤ 62 and `s` signed bytes
     /// such that `m·sign(y, s) = q·y` for every byte `y`.
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)>;
-}
-
-/// `ksigns_iq2xs` spread to bytes: byte `k` of entry `i` is −1 where bit `k`
-/// of `ksigns_iq2xs[i]` is set, else 1.
-const SIGNS7: [u64; 128] = {
-    let mut t = [0u64; 128];
-    let mut i = 0;
-    while i < 128 {
-        let s = KSIGNS_IQ2XS[i];
-        let mut k = 0;
-        while k < 8 {
-            let b: u64 = if (s >> k) & 1 != 0 { 0xFF } else { 0x01 };
-            t[i] |= b << (8 * k);
-            k += 1;
-        }
-        i += 1;
+    /// The 16 group scales as [`scales16`] has them.
+    #[inline(always)]
+    fn scales_ymm(blk: &[u8]) -> Option<(__m256i, __m256i)> {
+        Some(scales16(&Self::scales(blk)?))
     }
-    t
-};
-
-/// The sign bytes of 7-bit sign index `v & 127`.
-#[inline(always)]
-fn signs7(v: u32) -> u64 {
-    SIGNS7[(v & 127) as usize]
 }
 
-/// A grid entry (indices are masked below the grid's length: 0 never
-/// happens).
+/// The 16 group scales of the types with one scale per 32 from the 8
+/// scales' `ls` (32-bit lanes, in the order `order[c]` is lane of chunk
+/// `c`): `2·ls + 1` as [`scales16`] has them.
 #[inline(always)]
-fn entry<T: Copy + Default>(g: &[T], i: u32) -> T {
-    g.get(i as usize).copied().unwrap_or_default()
+fn per32_ymm(ls: __m256i, order: [i32; 8]) -> (__m256i, __m256i) {
+    // SAFETY: no memory is accessed; the level was detected.
+    unsafe {
+        let s = _mm256_add_epi32(_mm256_add_epi32(ls, ls), _mm256_set1_epi32(1));
+        let o = |a: usize| {
+            let (w, x, y, z) = (order[a], order[a + 1], order[a + 2], order[a + 3]);
+            let v = _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(w, x, y, z, w, x, y, z));
+            // Each 32-bit lane's value in both of its 16-bit halves.
+            _mm256_or_si256(v, _mm256_slli_epi32::<16>(v))
+        };
+        (o(0), o(4))
+    }
+}
+
+/// The 16 nibble scales (per 16) of IQ2_XS and IQ2_S, 8 bytes at `at`, as
+/// [`scales16`] has them.
+#[inline(always)]
+fn nibbles16_ymm(blk: &[u8], at: usize) -> Option<(__m256i, __m256i)> {
+    let b: &[u8; 8] = blk.get(at..at + 8)?.try_into().ok()?;
+    // SAFETY: `b` is 8 readable bytes; the level was detected.
+    Some(unsafe {
+        let v = _mm_loadl_epi64(b.as_ptr().cast());
+        let m = _mm_set1_epi8(15);
+        let n = _mm_unpacklo_epi8(
+            _mm_and_si128(v, m),
+            _mm_and_si128(_mm_srli_epi16::<4>(v), m),
+        );
+        let s = _mm256_cvtepu8_epi16(n);
+        let s = _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1));
+        (
+            _mm256_permute4x64_epi64::<0b01_00_01_00>(s),
+            _mm256_permute4x64_epi64::<0b11_10_11_10>(s),
+        )
+    })
 }
 
 /// Four 8-byte entries, the first in the low bytes.
@@ -85,13 +103,6 @@ fn entry<T: Copy + Default>(g: &[T], i: u32) -> T {
 fn set4(e: [u64; 4]) -> __m256i {
     // SAFETY: no memory is accessed; the level was detected.
     unsafe { _mm256_set_epi64x(e[3] as i64, e[2] as i64, e[1] as i64, e[0] as i64) }
-}
-
-/// Eight 4-byte entries, the first in the low bytes.
-#[inline(always)]
-fn set8(e: [u32; 8]) -> __m256i {
-    let p = |k: usize| u64::from(e[2 * k]) | (u64::from(e[2 * k + 1]) << 32);
-    set4([p(0), p(1), p(2), p(3)])
 }
 
 /// Bits `0..32` of `bits` as bytes: −1 where set, else 1.
@@ -135,97 +146,256 @@ fn ternary(q: __m256i) -> (__m256i, __m256i) {
     unsafe { (_mm256_set1_epi8(1), q) }
 }
 
+/// The 8-byte entries of `grid` at the 4 indices `i` (32-bit lanes), by an
+/// AVX2 gather.
+///
+/// # Safety
+/// Every index is below `grid.len()`; the level was detected.
+#[inline(always)]
+unsafe fn gather4(grid: &[u64], i: __m128i) -> __m256i {
+    // SAFETY: the entries read are in `grid` (the caller's contract).
+    unsafe { _mm256_i32gather_epi64::<8>(grid.as_ptr().cast(), i) }
+}
+
+/// The 4-byte entries of `grid` at the 8 indices `i` (32-bit lanes), by an
+/// AVX2 gather.
+///
+/// # Safety
+/// Every index is below `grid.len()`; the level was detected.
+#[inline(always)]
+unsafe fn gather8(grid: &[u32], i: __m256i) -> __m256i {
+    // SAFETY: the entries read are in `grid` (the caller's contract).
+    unsafe { _mm256_i32gather_epi32::<4>(grid.as_ptr().cast(), i) }
+}
+
+/// `(v >> shifts[l]) & mask` in each of 4 32-bit lanes, `v` in all.
+#[inline(always)]
+fn fields4(v: u32, shifts: [i32; 4], mask: i32) -> __m128i {
+    // SAFETY: no memory is accessed; the level was detected.
+    unsafe {
+        let s = _mm_setr_epi32(shifts[0], shifts[1], shifts[2], shifts[3]);
+        _mm_and_si128(
+            _mm_srlv_epi32(_mm_set1_epi32(v as i32), s),
+            _mm_set1_epi32(mask),
+        )
+    }
+}
+
+/// The sign bytes of the four 7-bit sign indices at bits 0, 7, 14 and 21
+/// of `aux` (`ksigns_iq2xs` without its table: byte `k` is −1 where bit
+/// `k` of the signs is set, else 1): index `l` shifted to the low byte of 64-bit
+/// lane `l` and spread to its 8 bytes, bit 7 replaced by the parity of
+/// bits 0..7 (two 16-entry nibble-parity lookups), then each byte's bit
+/// `k` tested.
+#[inline(always)]
+fn signs4_simd(aux: u32) -> __m256i {
+    signs7_at(u64::from(aux), [0, 7, 14, 21])
+}
+
+/// The sign bytes of the four 7-bit sign indices at bits `at[l]` of `v`
+/// ([`signs4_simd`]).
+#[inline(always)]
+fn signs7_at(v: u64, at: [i64; 4]) -> __m256i {
+    /// 0x80 where a nibble's parity is odd.
+    const PARITY: [u8; 32] = {
+        let mut t = [0u8; 32];
+        let mut i = 0;
+        while i < 32 {
+            t[i] = if (i % 16).count_ones() % 2 == 1 {
+                0x80
+            } else {
+                0
+            };
+            i += 1;
+        }
+        t
+    };
+    // SAFETY: no memory is accessed but the table; the level was detected.
+    unsafe {
+        let v = _mm256_srlv_epi64(
+            _mm256_set1_epi64x(v as i64),
+            _mm256_setr_epi64x(at[0], at[1], at[2], at[3]),
+        );
+        let spread = _mm256_setr_epi64x(0, 0x0808_0808_0808_0808, 0, 0x0808_0808_0808_0808);
+        let b = _mm256_shuffle_epi8(v, spread);
+        let par = load256(&PARITY);
+        let lo = _mm256_shuffle_epi8(par, _mm256_and_si256(b, _mm256_set1_epi8(0x0F)));
+        let hi4 = _mm256_and_si256(_mm256_srli_epi16::<4>(b), _mm256_set1_epi8(0x07));
+        let p = _mm256_xor_si256(lo, _mm256_shuffle_epi8(par, hi4));
+        let s = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(0x7F)), p);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(s, bit), bit);
+        _mm256_or_si256(set, _mm256_set1_epi8(1))
+    }
+}
+
+/// 4 bytes of `b` from `at`, zero-extended to 32-bit lanes.
+#[inline(always)]
+fn bytes4(b: &[u8], at: usize) -> Option<__m128i> {
+    let v = le32(b, at)?;
+    // SAFETY: no memory is accessed; the level was detected.
+    Some(unsafe { _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v as i32)) })
+}
+
+/// 8 bytes of `b` from `at`, zero-extended to 32-bit lanes.
+#[inline(always)]
+fn bytes8(b: &[u8], at: usize) -> Option<__m256i> {
+    let v: &[u8; 8] = b.get(at..at + 8)?.try_into().ok()?;
+    // SAFETY: `v` is 8 readable bytes; the level was detected.
+    Some(unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(v.as_ptr().cast())) })
+}
+
 impl GridX86 for IQ2_XXS {
+    #[inline(always)]
+    fn scales_ymm(blk: &[u8]) -> Option<(__m256i, __m256i)> {
+        let (a, b) = (load_at(blk, 2)?, load_at(blk, 34)?);
+        // SAFETY: no memory is accessed; the level was detected.
+        let ls = unsafe {
+            // The top 4 bits of each 8 bytes: chunks 0..4 of `a`, 4..8 of
+            // `b`, interleaved.
+            let (a, b) = (_mm256_srli_epi64::<60>(a), _mm256_srli_epi64::<60>(b));
+            _mm256_or_si256(a, _mm256_slli_epi64::<32>(b))
+        };
+        Some(per32_ymm(ls, [0, 2, 4, 6, 1, 3, 5, 7]))
+    }
     #[inline(always)]
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)> {
         let q: &[u8; 8] = blk.get(2 + 8 * c..10 + 8 * c)?.try_into().ok()?;
         let aux = u32::from_le_bytes([q[4], q[5], q[6], q[7]]);
+        // Scalar loads: faster than a gather of 4 entries.
         let g = |l: usize| IQ2XXS_GRID[usize::from(q[l])];
-        let s = |l: usize| signs7(aux >> (7 * l));
-        Some((
-            set4([g(0), g(1), g(2), g(3)]),
-            set4([s(0), s(1), s(2), s(3)]),
-        ))
+        Some((set4([g(0), g(1), g(2), g(3)]), signs4_simd(aux)))
     }
 }
 
 impl GridX86 for IQ2_XS {
     #[inline(always)]
+    fn scales_ymm(blk: &[u8]) -> Option<(__m256i, __m256i)> {
+        nibbles16_ymm(blk, 66)
+    }
+    #[inline(always)]
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)> {
         let q: &[u8; 8] = blk.get(2 + 8 * c..10 + 8 * c)?.try_into().ok()?;
-        let v = |l: usize| u32::from(u16::from_le_bytes([q[2 * l], q[2 * l + 1]]));
-        let g = |l: usize| entry(&IQ2XS_GRID, v(l) & 511);
-        let s = |l: usize| signs7(v(l) >> 9);
+        let v = u64::from_le_bytes(*q);
+        // Scalar loads: faster than a gather of 4 entries.
+        let g = |l: usize| IQ2XS_GRID[((v >> (16 * l)) & 511) as usize];
         Some((
             set4([g(0), g(1), g(2), g(3)]),
-            set4([s(0), s(1), s(2), s(3)]),
+            signs7_at(v, [9, 25, 41, 57]),
         ))
     }
 }
 
 impl GridX86 for IQ2_S {
     #[inline(always)]
+    fn scales_ymm(blk: &[u8]) -> Option<(__m256i, __m256i)> {
+        nibbles16_ymm(blk, 74)
+    }
+    #[inline(always)]
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)> {
-        let q: &[u8; 4] = blk.get(2 + 4 * c..6 + 4 * c)?.try_into().ok()?;
-        let qh = u32::from(*blk.get(66 + c)?);
-        let g = |l: usize| entry(&IQ2S_GRID, u32::from(q[l]) | (((qh >> (2 * l)) & 3) << 8));
-        let signs = le32(blk, 34 + 4 * c)?;
-        Some((set4([g(0), g(1), g(2), g(3)]), sign_bits(signs)))
+        let lo = bytes4(blk, 2 + 4 * c)?;
+        let hi = fields4(u32::from(*blk.get(66 + c)?), [0, 2, 4, 6], 3);
+        // SAFETY: the indices (8 + 2 bits) are below the grid's 1024
+        // entries; the level was detected.
+        let m = unsafe { gather4(&IQ2S_GRID, _mm_or_si128(lo, _mm_slli_epi32::<8>(hi))) };
+        Some((m, sign_bits(le32(blk, 34 + 4 * c)?)))
     }
 }
 
 impl GridX86 for IQ3_XXS {
     #[inline(always)]
+    fn scales_ymm(blk: &[u8]) -> Option<(__m256i, __m256i)> {
+        let v = load_at(blk, 66)?;
+        // SAFETY: no memory is accessed; the level was detected.
+        let ls = unsafe { _mm256_srli_epi32::<28>(v) };
+        Some(per32_ymm(ls, [0, 1, 2, 3, 4, 5, 6, 7]))
+    }
+    #[inline(always)]
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)> {
-        let q: &[u8; 8] = blk.get(2 + 8 * c..10 + 8 * c)?.try_into().ok()?;
-        let aux = le32(blk, 66 + 4 * c)?;
-        let g = |k: usize| IQ3XXS_GRID[usize::from(q[k])];
-        let s = |l: usize| signs7(aux >> (7 * l));
-        let m = set8([g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7)]);
-        Some((m, set4([s(0), s(1), s(2), s(3)])))
+        let i = bytes8(blk, 2 + 8 * c)?;
+        // SAFETY: the indices are bytes, below the grid's 256 entries; the
+        // level was detected.
+        let m = unsafe { gather8(&IQ3XXS_GRID, i) };
+        Some((m, signs4_simd(le32(blk, 66 + 4 * c)?)))
     }
 }
 
 impl GridX86 for IQ3_S {
     #[inline(always)]
+    fn scales_ymm(blk: &[u8]) -> Option<(__m256i, __m256i)> {
+        let v = le32(blk, 106)?;
+        // SAFETY: no memory is accessed; the level was detected.
+        let ls = unsafe {
+            let k = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+            let v = _mm256_srlv_epi32(_mm256_set1_epi32(v as i32), k);
+            _mm256_and_si256(v, _mm256_set1_epi32(15))
+        };
+        Some(per32_ymm(ls, [0, 1, 2, 3, 4, 5, 6, 7]))
+    }
+    #[inline(always)]
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)> {
-        let q: &[u8; 8] = blk.get(2 + 8 * c..10 + 8 * c)?.try_into().ok()?;
-        let qh = u32::from(*blk.get(66 + c)?);
-        let g = |k: usize| entry(&IQ3S_GRID, u32::from(q[k]) | (((qh >> k) & 1) << 8));
-        let m = set8([g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7)]);
+        let lo = bytes8(blk, 2 + 8 * c)?;
+        let qh = i32::from(*blk.get(66 + c)?);
+        // SAFETY: the indices (8 + 1 bits) are below the grid's 512
+        // entries; the level was detected.
+        let m = unsafe {
+            let k = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let h = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_set1_epi32(qh), k),
+                _mm256_set1_epi32(1),
+            );
+            gather8(&IQ3S_GRID, _mm256_or_si256(lo, _mm256_slli_epi32::<8>(h)))
+        };
         Some((m, sign_bits(le32(blk, 74 + 4 * c)?)))
     }
 }
 
 impl GridX86 for IQ1_S {
     #[inline(always)]
+    fn scales_ymm(blk: &[u8]) -> Option<(__m256i, __m256i)> {
+        let q: &[u8; 16] = blk.get(34..50)?.try_into().ok()?;
+        // SAFETY: `q` is 16 readable bytes; the level was detected.
+        let ls = unsafe {
+            let v = _mm256_cvtepu16_epi32(_mm_loadu_si128(q.as_ptr().cast()));
+            _mm256_and_si256(_mm256_srli_epi32::<12>(v), _mm256_set1_epi32(7))
+        };
+        Some(per32_ymm(ls, [0, 1, 2, 3, 4, 5, 6, 7]))
+    }
+    #[inline(always)]
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)> {
-        let q: &[u8; 4] = blk.get(2 + 4 * c..6 + 4 * c)?.try_into().ok()?;
+        let lo = bytes4(blk, 2 + 4 * c)?;
         let qh = le16(blk, 34 + 2 * c)?;
-        let g = |l: usize| entry(&IQ1S_GRID, u32::from(q[l]) | (((qh >> (3 * l)) & 7) << 8));
+        let hi = fields4(qh, [0, 3, 6, 9], 7);
         let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
-        // SAFETY: no memory is accessed; the level was detected.
-        let delta = unsafe { _mm256_set1_epi8(delta) };
-        Some(iq1_q(set4([g(0), g(1), g(2), g(3)]), delta))
+        // SAFETY: the indices (8 + 3 bits) are below the grid's 2048
+        // entries; the level was detected.
+        let (g, delta) = unsafe {
+            let i = _mm_or_si128(lo, _mm_slli_epi32::<8>(hi));
+            (gather4(&IQ1S_GRID, i), _mm256_set1_epi8(delta))
+        };
+        Some(iq1_q(g, delta))
     }
 }
 
 impl GridX86 for IQ1_M {
     #[inline(always)]
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)> {
-        let q: &[u8; 4] = blk.get(4 * c..4 * c + 4)?.try_into().ok()?;
+        let lo = bytes4(blk, 4 * c)?;
         let qh = le16(blk, 32 + 2 * c)?;
-        let nib = |l: usize| (qh >> (4 * l)) & 15;
-        let g = |l: usize| entry(&IQ1S_GRID, u32::from(q[l]) | ((nib(l) & 7) << 8));
-        let d = |l: usize| {
-            if nib(l) & 8 != 0 {
-                u64::MAX
-            } else {
-                0x0101_0101_0101_0101
-            }
+        let hi = fields4(qh, [0, 4, 8, 12], 7);
+        let neg = fields4(qh, [3, 7, 11, 15], 1);
+        // SAFETY: the indices (8 + 3 bits) are below the grid's 2048
+        // entries; the level was detected.
+        let (g, delta) = unsafe {
+            let i = _mm_or_si128(lo, _mm_slli_epi32::<8>(hi));
+            // Each entry's shift sign: all bytes −1 (0 − 1) or 1.
+            let n = _mm256_sub_epi64(_mm256_setzero_si256(), _mm256_cvtepu32_epi64(neg));
+            (
+                gather4(&IQ1S_GRID, i),
+                _mm256_or_si256(n, _mm256_set1_epi8(1)),
+            )
         };
-        let grid = set4([g(0), g(1), g(2), g(3)]);
-        Some(iq1_q(grid, set4([d(0), d(1), d(2), d(3)])))
+        Some(iq1_q(g, delta))
     }
 }
 
@@ -236,6 +406,12 @@ fn load_at(b: &[u8], at: usize) -> Option<__m256i> {
 }
 
 impl GridX86 for TQ2_0 {
+    #[inline(always)]
+    fn scales_ymm(_: &[u8]) -> Option<(__m256i, __m256i)> {
+        // SAFETY: no memory is accessed; the level was detected.
+        let one = unsafe { _mm256_set1_epi16(1) };
+        Some((one, one))
+    }
     #[inline(always)]
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)> {
         let v = load_at(blk, 32 * (c / 4))?;
@@ -280,6 +456,12 @@ const TQ1_MUL: [[i16; 16]; 8] = {
 };
 
 impl GridX86 for TQ1_0 {
+    #[inline(always)]
+    fn scales_ymm(_: &[u8]) -> Option<(__m256i, __m256i)> {
+        // SAFETY: no memory is accessed; the level was detected.
+        let one = unsafe { _mm256_set1_epi16(1) };
+        Some((one, one))
+    }
     #[inline(always)]
     fn chunk_ymm(blk: &[u8], c: usize) -> Option<(__m256i, __m256i)> {
         let b: &[u8; 54] = blk.get(..54)?.try_into().ok()?;
@@ -384,6 +566,38 @@ fn scales16(sc: &[i16; 16]) -> (__m256i, __m256i) {
     }
 }
 
+/// Chunk `c` of super-block `b` (bytes `blk`, group scales `sc_lo`,
+/// `sc_hi` as [`scales16`]) against the `R` rows: `l[t] += vpmaddwd(
+/// vpmaddubsw(|q|, sign(y, q)), 2^s·sc)`.
+#[inline(always)]
+fn chunk_step<G: GridX86, D: Dot, const R: usize>(
+    l: &mut [__m256i; R],
+    blk: &[u8],
+    c: usize,
+    sc_lo: __m256i,
+    sc_hi: __m256i,
+    rows: &Rows<'_, R>,
+    b: usize,
+) -> Option<()> {
+    let (m, s) = G::chunk_ymm(blk, c)?;
+    let half = if c < 4 { sc_lo } else { sc_hi };
+    // SAFETY: no memory is accessed but the pattern; the level was detected.
+    let s16 = unsafe { _mm256_shuffle_epi8(half, load256(&PAIR_SHUF[c % 4])) };
+    let at = 256 * b + 32 * c;
+    for (l, (y, p2)) in l.iter_mut().zip(rows.y.iter().zip(rows.pow2)) {
+        // SAFETY: b < nb, and `rows` holds nb blocks; the pair sums
+        // (≤ 2·62·127) and multipliers (≤ 16·31) fit 16 bits; the level was
+        // detected.
+        let (p, k) = unsafe {
+            let y = load256(chunk(y, at));
+            let p = _mm256_maddubs_epi16(m, _mm256_sign_epi8(y, s));
+            (p, _mm256_mullo_epi16(load_x16(chunk(p2, at / 2)), s16))
+        };
+        *l = D::dpwssd(*l, p, k);
+    }
+    Some(())
+}
+
 /// Rows of [`GridX86`] super-blocks (see the module doc).
 #[inline(always)]
 fn rows<G: GridX86, D: Dot, const R: usize>(
@@ -407,35 +621,23 @@ fn rows<G: GridX86, D: Dot, const R: usize>(
             let mut acc = [[zero(); RUN]; R];
             for (b, blk) in row.chunks_exact(G::BS).enumerate() {
                 prefetch_at(blk, 0, G::BS, pf);
-                let (sc_lo, sc_hi) = scales16(&G::scales(blk)?);
-                // Two integer accumulators per row (alternate chunks).
+                let (sc_lo, sc_hi) = G::scales_ymm(blk)?;
+                // Two integer accumulators per row (even and odd chunks),
+                // in registers: the chunks in pairs, unrolled.
                 // SAFETY: no memory is accessed; the level was detected.
-                let mut li = [[unsafe { _mm256_setzero_si256() }; 2]; R];
-                for c in 0..8 {
-                    let (m, s) = G::chunk_ymm(blk, c)?;
-                    let half = if c < 4 { sc_lo } else { sc_hi };
-                    // SAFETY: no memory is accessed but the pattern; the
-                    // level was detected.
-                    let s16 = unsafe { _mm256_shuffle_epi8(half, load256(&PAIR_SHUF[c % 4])) };
-                    let at = 256 * b + 32 * c;
-                    for (l, (y, p2)) in li.iter_mut().zip(rows.y.iter().zip(rows.pow2)) {
-                        // SAFETY: b < nb, and `rows` holds nb blocks; the
-                        // pair sums (≤ 2·62·127) and multipliers (≤ 16·31)
-                        // fit 16 bits; the level was detected.
-                        let (p, k) = unsafe {
-                            let y = load256(chunk(y, at));
-                            let p = _mm256_maddubs_epi16(m, _mm256_sign_epi8(y, s));
-                            (p, _mm256_mullo_epi16(load_x16(chunk(p2, at / 2)), s16))
-                        };
-                        l[c & 1] = D::dpwssd(l[c & 1], p, k);
-                    }
+                let z = unsafe { _mm256_setzero_si256() };
+                let (mut even, mut odd) = ([z; R], [z; R]);
+                for cp in 0..4 {
+                    chunk_step::<G, D, R>(&mut even, blk, 2 * cp, sc_lo, sc_hi, &rows, b)?;
+                    chunk_step::<G, D, R>(&mut odd, blk, 2 * cp + 1, sc_lo, sc_hi, &rows, b)?;
                 }
                 let d = G::d(blk)?;
-                for (t, (acc, l)) in acc.iter_mut().zip(li).enumerate() {
+                for (t, (acc, (e, o))) in acc.iter_mut().zip(even.into_iter().zip(odd)).enumerate()
+                {
                     // SAFETY: b < nb, and `rows` holds nb scales.
                     let dx = unsafe { *rows.d[t].get_unchecked(b) };
                     // SAFETY: no memory is accessed; the level was detected.
-                    let l = unsafe { _mm256_add_epi32(l[0], l[1]) };
+                    let l = unsafe { _mm256_add_epi32(e, o) };
                     let a = acc.get_mut(b % RUN)?;
                     *a = fma_lanes(*a, splat(d * dx), l);
                 }
