@@ -16,7 +16,8 @@
 //!   one sign bit a weight;
 //! - IQ1_S, IQ1_M: `w = dl·(g ± 1/8)` with `g ∈ {−1, 0, 1}` of `iq1s_grid`,
 //!   so `D = d/8`, `sc = 2·ls + 1`, `q = 8·g ± 1` (`|q| ≤ 9`);
-//! - TQ2_0, TQ1_0: `D = d`, `sc = 1`, `q ∈ {−1, 0, 1}`.
+//! - TQ2_0, TQ1_0: `D = d`, `sc = 1`, `q ∈ {−1, 0, 1}` (and TQ2_0's code 3,
+//!   never written by ggml, `q = 2` as its decoder has it).
 //!
 //! The activations are the K-quants' 256-value blocks with lane shifts up to
 //! 4 ([`QKind`](super::QKind)'s `max_shift`; Q2_K's kind): value `i` is
