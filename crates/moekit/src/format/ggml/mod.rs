@@ -20,7 +20,7 @@
 //! (`with_block`) to code generic over the block struct.
 
 pub(crate) mod blocks;
-mod iq_grids;
+pub(crate) mod iq_grids;
 pub(crate) mod iquant;
 pub(crate) mod nonlinear;
 mod quantize;

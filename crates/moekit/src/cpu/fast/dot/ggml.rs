@@ -2,8 +2,9 @@
 //! [`legacy`](super::legacy), the K-quants in [`kquant`](super::kquant).
 //! IQ4_NL and MXFP4 are 32-weight blocks with table-coded weights, IQ4_XS
 //! a K-quant-like super-block; the grid and ternary types (IQ1–IQ3, TQ*)
-//! and NVFP4 have no fused f32 kernel: their rows are decoded, then dotted
-//! ([`Decode`]).
+//! and NVFP4 have no fused f32 kernel: on the f32 path their rows are
+//! decoded, then dotted ([`Decode`]); by default the grid and ternary types
+//! take the integer kernels (`cpu::fast::qdot::grid`).
 
 use super::{kquant, legacy, run, Decode, RowKernel, Run, Simd, XSums};
 use crate::format::ggml::blocks::{

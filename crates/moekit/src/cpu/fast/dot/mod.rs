@@ -28,7 +28,8 @@
 //! ([`simd_level`], detected once per process), [`dot_rows_at`] takes it
 //! as an argument.
 //! Formats without a fused kernel (mlx-native u8 codes, the GGUF IQ1–IQ3
-//! grid and TQ* ternary types, rows whose bytes are not 2-aligned)
+//! grid and TQ* ternary types on the f32 path — by default they take the
+//! integer kernels of `qdot::grid` — rows whose bytes are not 2-aligned)
 //! decode into a scratch row and use
 //! [`dot`](super::gather_mm::dot).
 

@@ -346,7 +346,7 @@ fn blocks32<B: Block32X86, D: Dot, const R: usize>(
 
 /// `vpshufb` patterns: 16-bit lane `2c` of each 128-bit half in every lane
 /// of the low half, lane `2c + 1` in the high half.
-const PAIR_SHUF: [[u8; 32]; 4] = {
+pub(super) const PAIR_SHUF: [[u8; 32]; 4] = {
     let mut m = [[0u8; 32]; 4];
     let mut c = 0;
     while c < 4 {

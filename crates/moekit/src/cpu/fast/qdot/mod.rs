@@ -50,8 +50,7 @@
 //! (measured 1e-7..1.5e-5) and on the MoE-block fixtures (at most ~5e-5; the
 //! tolerance llama.cpp's `test-backend-ops` allows for `mul_mat_id`).
 //!
-//! Formats: every GGUF type but the grid and ternary ones (IQ1–IQ3, TQ*;
-//! [`kind_of`]), MLX affine of 2, 3, 4, 5, 6 and 8 bits, groups of
+//! Formats: every GGUF type ([`kind_of`]), MLX affine of 2, 3, 4, 5, 6 and 8 bits, groups of
 //! 32/64/128 ([`kind_of_affine`]), and MLX's mxfp4 and nvfp4
 //! ([`kind_of_mlxfp`]). Q4_0, Q8_0, Q4_K and affine4 have kernels of their
 //! own (above); the others ([`blocks`]: Q4_1, Q5_0, Q5_1 and affine
@@ -60,14 +59,18 @@
 //! one kernel per family, and the 4-bit codebook formats ([`codebook`]:
 //! IQ4_NL, IQ4_XS, MXFP4, MLX mxfp4 and nvfp4) dot Q8_0's way the signed
 //! values their nibbles index in a 16-entry table (a byte shuffle at the
-//! x86 levels), against activations stored as Q4_0's. Q4_1 and affine
+//! x86 levels), against activations stored as Q4_0's; the grid and
+//! ternary types ([`grid`]: IQ1–IQ3, TQ1_0, TQ2_0) look their grid bytes
+//! up, apply the signs to the activations and dot like the K-quants
+//! (256-value activation blocks, `vpmaddubsw` + `vpmaddwd` with `2^s`
+//! times the group scales). Q4_1 and affine
 //! 2 and 8 bits keep the f32 kernels by default ([`QKind::by_default`]:
 //! those measured faster). Levels: `portable` (plain Rust integer
 //! arithmetic; `f32::mul_add`), `ymm` (AVX2 `vpmaddubsw`/`vpmaddwd` and
 //! AVX-VNNI `vpdpbusd`/`vpdpwssd` on 256-bit vectors), `avx512`
 //! (AVX512-VNNI and VBMI on 512-bit vectors: 4 nibble blocks, 2 byte blocks
-//! or one 32-byte K-quant chunk per instruction; the [`blocks`] formats run
-//! their 256-bit kernels in EVEX forms), chosen by [`qdot_rows`]' level
+//! or one 32-byte K-quant chunk per instruction; the [`blocks`] and
+//! [`grid`] formats run their 256-bit kernels in EVEX forms), chosen by [`qdot_rows`]' level
 //! argument.
 
 mod affine;
@@ -81,6 +84,9 @@ mod blocks_x86;
 mod codebook;
 #[cfg(target_arch = "x86_64")]
 mod codebook_x86;
+mod grid;
+#[cfg(target_arch = "x86_64")]
+mod grid_x86;
 mod portable;
 mod quant;
 #[cfg(target_arch = "x86_64")]
@@ -398,6 +404,7 @@ fn run_at<const R: usize>(level: SimdLevel, f: QFormat) -> Option<Run<R>> {
         QFormat::MlxFp(MlxFpMode::Mxfp4) => return codebook::run_for::<MlxMxfp4, R>(level),
         QFormat::MlxFp(MlxFpMode::Nvfp4) => return codebook::run_for::<MlxNvfp4, R>(level),
         QFormat::MlxFp(_) => return None,
+        QFormat::Ggml(t) if grid::is_grid(t) => return grid::run_for::<R>(level, t),
         QFormat::Ggml(t) => t,
         QFormat::Affine(bits, s) => return affine::run_for::<R>(level, bits, s),
     };

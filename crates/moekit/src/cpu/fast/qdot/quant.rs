@@ -154,8 +154,18 @@ pub fn kind_of(t: GgmlType) -> Option<QKind> {
         GgmlType::Q6_K => super_block(2),
         // 4-bit codes into a table of signed bytes.
         GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::MXFP4 => codebook(false, true),
-        // Grid and ternary types (IQ1–IQ3, TQ*): f32 activations for now.
-        _ => return None,
+        // Grid and ternary types: signed weights |q| ≤ 62 dotted as
+        // `vpmaddubsw(|q|, ±y)` then times the 16-bit `2^s·sc` (`grid`): no
+        // 16-bit bound on the shift.
+        GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M
+        | GgmlType::TQ1_0
+        | GgmlType::TQ2_0 => super_block(MAX_SHIFT),
     })
 }
 
