@@ -166,6 +166,9 @@ pub fn kind_of(t: GgmlType) -> Option<QKind> {
         | GgmlType::IQ1_M
         | GgmlType::TQ1_0
         | GgmlType::TQ2_0 => super_block(MAX_SHIFT),
+        // NVFP4's groups of 16 interleave their nibbles unlike the codebook
+        // kernels' 32-value blocks: f32 activations for now.
+        GgmlType::NVFP4 => return None,
     })
 }
 
