@@ -21,16 +21,17 @@
 //!   the thread count, and errors (never panics) for bad arguments.
 
 mod common_util;
+mod qdot_util;
 use common_util::{fixture, nmse, rng};
 use moekit::cpu::{simd_level, with_act_mode, ActMode, SimdLevel};
 use moekit::format::ggml::random_blocks;
-use moekit::format::random::random_weights;
 use moekit::format::{storage_shapes, GgmlType};
 use moekit::npy::NpyArray;
 use moekit::ops::gather_mm::{gather_mm_on, RowExperts};
-use moekit::testing::cpu_fast::{kind_of, kind_of_rows, qdot_rows, QRow};
+use moekit::testing::cpu_fast::{kind_of_rows, qdot_rows, QRow};
 use moekit::testing::decoder;
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
+use qdot_util::{activations, bits, check_bad_arguments, check_zero_and_non_finite, levels};
 use rand::Rng;
 
 /// The types of this file.
@@ -49,35 +50,13 @@ const TYPES: [GgmlType; 9] = [
 const NMSE_Q8: f64 = 1e-4;
 const NMSE_Q8_OUTLIERS: f64 = 3e-4;
 
-/// Activations with a nonzero mean (uniform in [−0.7, 1.3)), a fraction
-/// `outliers` of them 20 times larger.
-fn activations(k: usize, seed: u64, outliers: f32) -> Vec<f32> {
-    let mut r = rng(seed);
-    (0..k)
-        .map(|_| {
-            let v = r.random::<f32>() * 2.0 - 0.7;
-            if r.random::<f32>() < outliers {
-                v * 20.0
-            } else {
-                v
-            }
-        })
-        .collect()
-}
-
 fn weights(t: GgmlType, e: usize, n: usize, k: usize, seed: u64) -> QuantWeights {
-    random_weights(WeightFormat::Ggml(t), e, n, k, DType::F16, seed, &|| {}).unwrap()
+    qdot_util::weights(WeightFormat::Ggml(t), e, n, k, seed)
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|f| f.to_bits()).collect()
-}
-
-fn levels() -> Vec<SimdLevel> {
-    SimdLevel::ALL
-        .into_iter()
-        .filter(|l| l.is_supported())
-        .collect()
+/// [`TYPES`] as weight formats.
+fn formats() -> Vec<WeightFormat> {
+    TYPES.into_iter().map(WeightFormat::Ggml).collect()
 }
 
 /// Every level against the portable kernels, one activation row at a time,
@@ -246,55 +225,12 @@ fn largest_codes_and_shifts_stay_exact() {
 
 #[test]
 fn zero_and_non_finite_activations() {
-    for t in TYPES {
-        let (k, n) = (512, 3);
-        let w = weights(t, 1, n, k, 5);
-        let dec = decoder(&w).unwrap();
-        let kind = kind_of_rows(&dec).unwrap();
-        let zero = QRow::new(&vec![0f32; k], kind).unwrap();
-        let mut x = activations(k, 9, 0.0);
-        x[300] = f32::INFINITY;
-        let inf = QRow::new(&x, kind).unwrap();
-        for level in levels() {
-            let mut out = vec![f32::NAN; 2 * n];
-            let mut s = Vec::new();
-            qdot_rows(level, &dec, 0, 0, n, &[&zero, &inf], &mut s, &mut out).unwrap();
-            assert!(out[..n].iter().all(|&v| v == 0.0), "{t} {level}: {out:?}");
-            assert!(out[n..].iter().all(|v| v.is_nan()), "{t} {level}: {out:?}");
-        }
-    }
+    check_zero_and_non_finite(&formats());
 }
 
 #[test]
 fn bad_arguments_are_errors_not_panics() {
-    let (k, n) = (512, 4);
-    for t in TYPES {
-        let w = weights(t, 2, n, k, 1);
-        let dec = decoder(&w).unwrap();
-        let kind = kind_of_rows(&dec).unwrap();
-        let x = activations(k, 2, 0.0);
-        let good = QRow::new(&x, kind).unwrap();
-        // Quantized for another format (Q4_K's kind), or another length.
-        let other = QRow::new(&x, kind_of(GgmlType::Q4_K).unwrap()).unwrap();
-        let short = QRow::new(&x[..k - 256], kind).unwrap();
-        for level in levels() {
-            let mut out = vec![0f32; n];
-            let mut s = Vec::new();
-            let mut run = |e: usize, n0: usize, nn: usize, a: &QRow, out: &mut [f32]| {
-                qdot_rows(level, &dec, e, n0, nn, &[a], &mut s, out)
-            };
-            assert!(run(0, 0, n, &other, &mut out).is_err(), "{t} {level}: kind");
-            assert!(run(0, 0, n, &short, &mut out).is_err(), "{t} {level}: len");
-            assert!(
-                run(2, 0, n, &good, &mut out).is_err(),
-                "{t} {level}: expert"
-            );
-            assert!(run(0, 1, n, &good, &mut out).is_err(), "{t} {level}: rows");
-            let short_out = run(0, 0, n, &good, &mut out[..2]);
-            assert!(short_out.is_err(), "{t} {level}: out");
-            assert!(run(0, 0, n, &good, &mut out).is_ok(), "{t} {level}");
-        }
-    }
+    check_bad_arguments(&formats());
 }
 
 fn ids(m: usize, e: usize, seed: u64) -> Vec<u32> {

@@ -551,23 +551,23 @@ fn unsupported_types_and_architectures_are_named() {
     assert!(e.contains("softmax gating with 4 expert groups"), "{e}");
 }
 
-#[test]
-fn q4_0_bytes_read_as_iq4_nl_run_on_both_cpu_paths() {
-    // iq4_nl has q4_0's block size and bytes: only the type id changes, and
-    // the layer that refused it before issue 12 now runs.
-    let mut b = read_bytes("qwen2moe_q4_0");
-    let at = type_id_offset(&b, "blk.0.ffn_up_exps.weight");
-    assert_eq!(b[at..at + 4], 2u32.to_le_bytes(), "q4_0");
-    b[at..at + 4].copy_from_slice(&20u32.to_le_bytes());
+/// Relabels `blk.{layer}.ffn_up_exps.weight` of fixture `name` from ggml
+/// type `from` to `to` (same or fewer bytes: the file stays valid), then
+/// checks the layer loads in format `want` and runs on both CPU backends
+/// (f32 activations) within NMSE_MAX of each other, finite, and away from
+/// the fixture's own output (other weights).
+fn relabelled_layer_runs(name: &str, layer: usize, from: u32, to: u32, want: &str) {
+    let mut b = read_bytes(name);
+    let at = type_id_offset(&b, &format!("blk.{layer}.ffn_up_exps.weight"));
+    assert_eq!(b[at..at + 4], from.to_le_bytes(), "{name}: type {from}");
+    b[at..at + 4].copy_from_slice(&to.to_le_bytes());
     let ck = parse(b).unwrap();
-    let block = ck.moe_block(0, &|_, _| {}).unwrap();
+    let block = ck.moe_block(layer, &|_, _| {}).unwrap();
     let moekit::ops::act::GateUp::Separate { up, .. } = &block.parts().gate_up else {
         panic!("separate gate and up");
     };
-    assert_eq!(up.format().to_string(), "iq4_nl");
-    let x = input("qwen2moe_q4_0");
-    // f32 activations on the fast backend, for NMSE_MAX (the q4_0 gate and
-    // down would otherwise take the integer path).
+    assert_eq!(up.format().to_string(), want);
+    let x = input(name);
     let run = |backend| {
         let out = with_act_mode(ActMode::F32, || block.forward_on(backend, &x))
             .unwrap()
@@ -575,42 +575,26 @@ fn q4_0_bytes_read_as_iq4_nl_run_on_both_cpu_paths() {
         out.to_f32_vec().unwrap()
     };
     let (refr, fast) = (run(Backend::CpuReference), run(Backend::CpuFast));
-    assert!(refr.iter().all(|v| v.is_finite()));
+    assert!(refr.iter().all(|v| v.is_finite()), "{want}");
     let e = nmse(&fast, &refr);
-    assert!(e <= NMSE_MAX, "fast vs reference: NMSE {e:e}");
-    // Different weights than the q4_0 file's, so a different output.
-    assert!(nmse(&refr, &reference("qwen2moe_q4_0", 0)) > 1e-3);
+    assert!(e <= NMSE_MAX, "{want}: fast vs reference: NMSE {e:e}");
+    assert!(nmse(&refr, &reference(name, layer)) > 1e-3, "{want}");
+}
+
+#[test]
+fn q4_0_bytes_read_as_iq4_nl_run_on_both_cpu_paths() {
+    // iq4_nl has q4_0's block size and bytes: only the type id changes, and
+    // the layer that refused it before issue 12 now runs.
+    relabelled_layer_runs("qwen2moe_q4_0", 0, 2, 20, "iq4_nl");
 }
 
 #[test]
 fn q8_0_bytes_read_as_nvfp4_run_on_both_cpu_paths() {
     // NVFP4 (64-weight blocks of 36 bytes) takes fewer bytes than the q8_0
-    // it relabels; the layer that refused it before now loads and runs, the
-    // fast path (generic decoder) matching the reference. The random q8_0
-    // bytes make every scale byte appear, so the weights are large but
-    // finite (unsigned e4m3 tops out at 240 after halving).
-    let mut b = read_bytes("glm4moe_q8_0");
-    let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
-    assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
-    b[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
-    let ck = parse(b).unwrap();
-    let block = ck.moe_block(1, &|_, _| {}).unwrap();
-    let moekit::ops::act::GateUp::Separate { up, .. } = &block.parts().gate_up else {
-        panic!("separate gate and up");
-    };
-    assert_eq!(up.format().to_string(), "nvfp4");
-    let x = input("glm4moe_q8_0");
-    let run = |backend| {
-        let out = with_act_mode(ActMode::F32, || block.forward_on(backend, &x))
-            .unwrap()
-            .out;
-        out.to_f32_vec().unwrap()
-    };
-    let (refr, fast) = (run(Backend::CpuReference), run(Backend::CpuFast));
-    assert!(refr.iter().all(|v| v.is_finite()));
-    let e = nmse(&fast, &refr);
-    assert!(e <= NMSE_MAX, "fast vs reference: NMSE {e:e}");
-    assert!(nmse(&refr, &reference("glm4moe_q8_0", 1)) > 1e-3);
+    // it relabels; the random q8_0 bytes make every scale byte appear, so
+    // the weights are large but finite (unsigned e4m3 tops out at 240 after
+    // halving).
+    relabelled_layer_runs("glm4moe_q8_0", 1, 8, 40, "nvfp4");
 
     // The per-expert scales of NVFP4 GGUFs are refused by name.
     let mut b = read_bytes("glm4moe_q8_0");
