@@ -35,6 +35,11 @@
 //! `SimdLevel::is_supported` detected those features ("the level was
 //! detected" below).
 
+// Functions are passed on wrapped in `#[inline(always)]` closures: a
+// function item passed as a value may stay out of line, compiled without the
+// level's features (its intrinsics then become calls).
+#![allow(clippy::redundant_closure)]
+
 use super::{run_for as run_for_level, Avx2, Run, XSums};
 use crate::cpu::prefetch_distance;
 use crate::error::Result;
