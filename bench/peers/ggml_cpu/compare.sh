@@ -14,6 +14,7 @@
 #   PRESET [qwen3-30b-a3b]  REPACK [auto]  GGML_MODES [ids,router]
 #   GGML_ARGS [] (extra harness args, e.g. --fused)  OUT [build/compare-<time>]
 #   GGML_SRC [/work/.mirror/ggml-org+ggml/repo]  NICE [19] (for the builds only)
+#   MOEKIT_BIN [target/release/moekit] (the moekit binary to time)
 #   QUIET_WAIT [0]: before each measuring phase, wait up to this many seconds
 #     until the CPUs are < QUIET_PCT [10] % busy over one second (other
 #     processes); the busy % seen is printed either way.
@@ -45,7 +46,7 @@ RETRIES="${RETRIES:-3}"
 BUILD_DIR="${BUILD_DIR:-$HERE/build}"
 OUT="${OUT:-$BUILD_DIR/compare-$(date +%Y%m%d-%H%M%S)}"
 BENCH="$BUILD_DIR/ggml_moe_bench"
-MOEKIT="$ROOT/target/release/moekit"
+MOEKIT="${MOEKIT_BIN:-$ROOT/target/release/moekit}"
 
 if [[ $BUILD == 1 || ! -x "$BENCH" ]]; then
     BUILD_DIR="$BUILD_DIR" NICE="$NICE" "$HERE/build.sh" "$GGML_SRC"

@@ -35,6 +35,8 @@
 
 mod affine;
 mod fp8;
+#[cfg(target_arch = "x86_64")]
+mod fp8_zmm;
 mod ggml;
 mod kquant;
 mod legacy;
@@ -390,7 +392,12 @@ fn run_at(level: SimdLevel, raw: &RawRow<'_>) -> Option<Run> {
         SimdLevel::Portable => Some(run_for::<Portable>(raw)),
         // The VNNI levels add integer dot products only (`qdot`).
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512Vnni => Some(run_for::<Avx2>(raw)),
+        SimdLevel::Avx2 | SimdLevel::AvxVnni => Some(run_for::<Avx2>(raw)),
+        // e4m3 rows: 512-bit kernels, the same bits (`fp8_zmm`).
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512Vnni => {
+            Some(fp8_zmm::run_for(raw).unwrap_or_else(|| run_for::<Avx2>(raw)))
+        }
         #[allow(unreachable_patterns)] // reachable on other architectures
         _ => None,
     }

@@ -34,6 +34,9 @@ use std::arch::x86_64::*;
 /// scales of dtype `s` at an x86 `level`.
 pub(super) fn run_for<const R: usize>(level: SimdLevel, bits: u32, s: ScaleType) -> Option<Run<R>> {
     if bits != 4 {
+        if level == SimdLevel::Avx512Vnni {
+            return super::affine_zmm::run_for::<R>(bits, s);
+        }
         return super::blocks_x86::affine_run_for::<R>(level, bits, s);
     }
     macro_rules! by_scale {

@@ -6,8 +6,8 @@
 //! ([`half_offsets`](super::half_offsets)); lanes `4k..4k + 4` of the two
 //! vectors are lanes 0..4 and 4..8 of block `k` of the run, and the two
 //! accumulators hold `A[0..4]` in those lanes. Q8_0 takes two blocks per
-//! vector (`A[b % 4]` in its halves), Q4_K one 32-byte chunk (two groups)
-//! per vector. Blocks after a row's last whole run of 4 take the portable
+//! vector (`A[b % 4]` in its halves); Q4_K's kernel is in
+//! [`super::avx512_k`]. Blocks after a row's last whole run of 4 take the portable
 //! lane functions. The arithmetic is the module doc's of [`super`], bit for
 //! bit.
 //!
@@ -25,12 +25,9 @@
 #![allow(clippy::redundant_closure)]
 
 use super::portable::{q4_0_lanes, q8_0_lanes};
-use super::x86::{
-    acc_of, f16_pair, fma_lanes, k4_mins, k4_scales16, load256, prefetch_distance, prefetch_span,
-    splat, zero, Avx512Vnni, Dot, SCALE_SHUF,
-};
+use super::x86::{prefetch_distance, prefetch_span, Avx512Vnni, Dot};
 use super::ymm::{tail_finish, to_array4};
-use super::{add_offset, chunk, each_row, finish, offsets, run_rows, Acc, QRow, Rows, Run, RUN};
+use super::{chunk, each_row, run_rows, Acc, QRow, Rows, Run, RUN};
 use crate::error::Result;
 use crate::format::ggml::GgmlType;
 use crate::format::RowDecoder;
@@ -41,7 +38,8 @@ pub(super) fn run_for<const R: usize>(t: GgmlType) -> Option<Run<R>> {
     match t {
         GgmlType::Q4_0 => Some(run_q4_0::<R>),
         GgmlType::Q8_0 => Some(run_q8_0::<R>),
-        GgmlType::Q4_K => Some(run_q4_k::<R>),
+        GgmlType::Q4_K => Some(super::avx512_k::run_q4_k::<R>),
+        GgmlType::Q3_K => Some(super::avx512_k::run_q3_k::<R>),
         // The other formats: their 256-bit kernels in EVEX forms.
         _ => super::blocks_x86::run_for::<super::x86::Avx512Vnni, R>(t),
     }
@@ -84,7 +82,6 @@ macro_rules! run_fn {
 
 run_fn!(run_q4_0, q4_0);
 run_fn!(run_q8_0, q8_0);
-run_fn!(run_q4_k, q4_k);
 
 /// 64 bytes, or 16 lanes of 32 bits, or 32 of 16.
 #[inline(always)]
@@ -347,7 +344,7 @@ const Q8_0_D: [u8; 64] = {
 
 /// `[s0 ×8, s1 ×8]`, `[s2 ×8, s3 ×8]`.
 #[inline(always)]
-fn spread_x8(s: __m128) -> [__m512; 2] {
+pub(super) fn spread_x8(s: __m128) -> [__m512; 2] {
     // SAFETY: no memory is accessed; the level was detected.
     unsafe {
         let s = _mm512_castps128_ps512(s);
@@ -458,114 +455,6 @@ fn q8_0<const R: usize>(
                     #[inline(always)]
                     |r, a, n, b| q8_0_lanes(r, a, n, b),
                 )?;
-            }
-            Some(())
-        },
-    )
-}
-
-/// The `vpshufb` pattern giving group `2c`'s scale in the low 256 bits and
-/// group `2c + 1`'s in the high 256 bits (of a vector holding the 8 scales
-/// as 16-bit lanes in every 128-bit lane).
-#[inline(always)]
-fn scale_pattern(c: usize) -> __m512i {
-    let lo = load256(&SCALE_SHUF[(2 * c) & 7]);
-    let hi = load256(&SCALE_SHUF[(2 * c + 1) & 7]);
-    // SAFETY: no memory is accessed; the level was detected.
-    unsafe { _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1) }
-}
-
-/// Q4_K: per 32-byte chunk (groups `2c` low, `2c + 1` high 256 bits),
-/// `vpmaddubsw(q, y)` times the pairs' `2^shift`, then `vpdpwssd` with the
-/// group scales into the super-block's lanes (the halves summed at its end:
-/// the same integers); the float part on 256 bits.
-#[inline(always)]
-fn q4_k<const R: usize>(
-    bytes: &[u8],
-    row_len: usize,
-    acts: &[&QRow; R],
-    _: &mut [f32],
-    out: &mut [f32],
-    stride: usize,
-) -> Option<()> {
-    const BS: usize = 144;
-    let nb = row_len / BS;
-    let rows = Rows::new(acts, nb, false)?;
-    let pats = [
-        scale_pattern(0),
-        scale_pattern(1),
-        scale_pattern(2),
-        scale_pattern(3),
-    ];
-    let pf = prefetch_distance();
-    each_row::<R>(
-        bytes,
-        row_len,
-        out,
-        stride,
-        #[inline(always)]
-        |row, out| {
-            let mut acc = [[zero(); RUN]; R];
-            let mut off = [[0f32; RUN]; R];
-            for (b, blk) in row.chunks_exact(BS).enumerate() {
-                let blk: &[u8; BS] = blk.try_into().ok()?;
-                prefetch_span(blk, pf);
-                let (sc16, m) = k4_scales16(blk);
-                let (d, dmin) = f16_pair(blk);
-                // Two integer accumulators (even and odd chunks) per row: two
-                // chains of `vpdpwssd` (exact; summed at the end).
-                // SAFETY: no memory is accessed; the level was detected.
-                let (sc_all, m4, mut li) = unsafe {
-                    (
-                        _mm512_inserti64x4(_mm512_castsi256_si512(sc16), sc16, 1),
-                        _mm512_set1_epi8(15),
-                        [[_mm512_setzero_si512(); 2]; R],
-                    )
-                };
-                for (c, pat) in pats.iter().enumerate() {
-                    // SAFETY: 16 + 32·4 = 144 bytes; the level was detected.
-                    let (q, sc) = unsafe {
-                        let q = load256(chunk::<u8, 32>(blk, 16 + 32 * c));
-                        let q = _mm512_inserti64x4(
-                            _mm512_castsi256_si512(q),
-                            _mm256_srli_epi16(q, 4),
-                            1,
-                        );
-                        (_mm512_and_si512(q, m4), _mm512_shuffle_epi8(sc_all, *pat))
-                    };
-                    for ((l, y), p2) in li.iter_mut().zip(rows.y).zip(rows.pow2) {
-                        let at = 256 * b + 64 * c;
-                        // SAFETY: b < nb, and `rows` holds nb blocks.
-                        let (y, p2) =
-                            unsafe { (chunk::<i8, 64>(y, at), chunk::<i16, 32>(p2, at / 2)) };
-                        // The pair sums (≤ 2·15·127) times 2^shift (≤ 8) fit
-                        // 16 bits.
-                        // SAFETY: no memory is accessed; the level was detected.
-                        unsafe {
-                            let p = _mm512_maddubs_epi16(q, load512(y));
-                            let p = _mm512_mullo_epi16(p, load512(p2));
-                            l[c & 1] = _mm512_dpwssd_epi32(l[c & 1], p, sc);
-                        }
-                    }
-                }
-                for (t, ((acc, off), l)) in acc.iter_mut().zip(&mut off).zip(li).enumerate() {
-                    // SAFETY: b < nb, and `rows` holds nb blocks and scales.
-                    let (dx, gsum) =
-                        unsafe { (*rows.d[t].get_unchecked(b), chunk(rows.gsum[t], 8 * b)) };
-                    // The scale products as `block_scales` rounds them.
-                    let (s_d, s_m) = (d * dx, dmin * dx);
-                    // SAFETY: no memory is accessed; the level was detected.
-                    let l = unsafe {
-                        let l = _mm512_add_epi32(l[0], l[1]);
-                        _mm256_add_epi32(_mm512_castsi512_si256(l), _mm512_extracti64x4_epi64(l, 1))
-                    };
-                    let a = acc.get_mut(b % RUN)?;
-                    *a = fma_lanes(*a, splat(s_d), l);
-                    add_offset(off, b, s_m, k4_mins(&m, gsum) as f32);
-                }
-            }
-            for ((o, acc), off) in out.iter_mut().zip(acc).zip(off) {
-                *o = finish(&acc_of(acc), offsets(&off));
             }
             Some(())
         },

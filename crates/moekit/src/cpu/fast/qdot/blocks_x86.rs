@@ -1,7 +1,8 @@
 //! The 256-bit kernels of the formats of [`super::blocks`] and of MLX
 //! affine rows of 2, 3, 5, 6 and 8 bits, generic over the level's byte
 //! multiply-add ([`Dot`]: AVX2, AVX-VNNI, and AVX512-VNNI's EVEX forms on
-//! 256-bit vectors). Each format only unpacks its codes into a vector
+//! 256-bit vectors; the affine rows at AVX512-VNNI take
+//! [`super::affine_zmm`]). Each format only unpacks its codes into a vector
 //! ([`Block32X86`], [`SuperBlockX86`], [`affine_codes`]); the dots, scales
 //! and accumulators are shared:
 //!
@@ -30,7 +31,7 @@ use super::blocks::{
 };
 use super::x86::{
     self, acc_of, fma_lanes, load256, load_x16, prefetch_at, prefetch_distance, splat, Avx2,
-    Avx512Vnni, AvxVnni, Dot,
+    AvxVnni, Dot,
 };
 use super::ymm::scale_lanes;
 use super::{
@@ -537,8 +538,8 @@ pub(super) fn affine_codes<const BITS: u32>(row: &[u8], b: usize) -> Option<__m2
 }
 
 /// The run of `R` activation rows for affine rows of `bits` bits (not 4)
-/// with scales of dtype `s` at an x86 `level` (AVX512-VNNI with its
-/// 256-bit forms).
+/// with scales of dtype `s` at the AVX2 and AVX-VNNI levels (AVX512-VNNI:
+/// [`super::affine_zmm`]).
 pub(super) fn affine_run_for<const R: usize>(
     level: SimdLevel,
     bits: u32,
@@ -568,7 +569,6 @@ pub(super) fn affine_run_for<const R: usize>(
     match level {
         SimdLevel::Avx2 => by_scale!(Avx2),
         SimdLevel::AvxVnni => by_scale!(AvxVnni),
-        SimdLevel::Avx512Vnni => by_scale!(Avx512Vnni),
         _ => None,
     }
 }
@@ -617,7 +617,9 @@ fn affine_lanes<D: Dot, const BITS: u32, const R: usize>(
         return None;
     }
     let mut acc = [[super::x86::zero(); RUN]; R];
+    let (bs, pf) = (4 * BITS as usize, prefetch_distance());
     for g in 0..nb / RUN {
+        prefetch_at(row, RUN * bs * g, RUN * bs, pf);
         for k in 0..RUN {
             let b = RUN * g + k;
             // SAFETY: b < nb ≤ st.len().

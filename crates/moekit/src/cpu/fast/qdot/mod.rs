@@ -69,15 +69,20 @@
 //! arithmetic; `f32::mul_add`), `ymm` (AVX2 `vpmaddubsw`/`vpmaddwd` and
 //! AVX-VNNI `vpdpbusd`/`vpdpwssd` on 256-bit vectors), `avx512`
 //! (AVX512-VNNI and VBMI on 512-bit vectors: 4 nibble blocks, 2 byte blocks
-//! or one 32-byte K-quant chunk per instruction; the [`blocks`] and
-//! [`grid`] formats run their 256-bit kernels in EVEX forms), chosen by [`qdot_rows`]' level
-//! argument.
+//! or two 32-value K-quant chunks per instruction; Q3_K, Q4_K and MLX
+//! affine 2/3/5/6/8 bits unpack their codes with `vpmultishiftqb`; the
+//! other [`blocks`] formats and the [`grid`] formats run their 256-bit
+//! kernels in EVEX forms), chosen by [`qdot_rows`]' level argument.
 
 mod affine;
 #[cfg(target_arch = "x86_64")]
 mod affine_x86;
 #[cfg(target_arch = "x86_64")]
+mod affine_zmm;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_k;
 mod blocks;
 #[cfg(target_arch = "x86_64")]
 mod blocks_x86;
