@@ -2,19 +2,18 @@
 // `cpu_qdot_grid.rs`; included with `mod qdot_util;` beside `common_util`).
 #![allow(dead_code)]
 
-use crate::common_util::rng;
 use moekit::cpu::SimdLevel;
 use moekit::format::random::random_weights;
 use moekit::format::GgmlType;
 use moekit::testing::cpu_fast::{kind_of, kind_of_rows, qdot_rows, QRow};
 use moekit::testing::decoder;
 use moekit::{DType, QuantWeights, WeightFormat};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 
 /// Activations with a nonzero mean (uniform in [−0.7, 1.3)), a fraction
 /// `outliers` of them 20 times larger.
 pub fn activations(k: usize, seed: u64, outliers: f32) -> Vec<f32> {
-    let mut r = rng(seed);
+    let mut r = rand::rngs::StdRng::seed_from_u64(seed);
     (0..k)
         .map(|_| {
             let v = r.random::<f32>() * 2.0 - 0.7;
