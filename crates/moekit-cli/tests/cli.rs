@@ -216,25 +216,33 @@ fn inspect_says_whether_the_moe_layers_run_and_names_what_stops_them() {
         assert!(s.contains(&format!(" {ty} ")), "{ty}: {s}");
     }
 
-    // q8_0 bytes relabelled nvfp4 (not supported yet; fewer bytes, so the
-    // file stays valid).
-    let mut b = std::fs::read(root().join("fixtures/gguf/glm4moe_q8_0.gguf")).unwrap();
-    let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
-    assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
-    b[at..at + 4].copy_from_slice(&40u32.to_le_bytes());
-    let p = std::env::temp_dir().join(format!("moekit-cli-nvfp4-{}.gguf", std::process::id()));
-    std::fs::write(&p, &b).unwrap();
-    let o = moekit(&["inspect", p.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&p);
-    let s = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let line = s.lines().find(|l| l.starts_with("runnable")).unwrap();
+    // q8_0 bytes relabelled q1_0 (not supported yet; fewer bytes, so the
+    // file stays valid), or nvfp4 (supported: the layer runs).
+    let inspect_relabelled = |id: u32| {
+        let mut b = std::fs::read(root().join("fixtures/gguf/glm4moe_q8_0.gguf")).unwrap();
+        let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
+        assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
+        b[at..at + 4].copy_from_slice(&id.to_le_bytes());
+        let p = std::env::temp_dir().join(format!("moekit-cli-{id}-{}.gguf", std::process::id()));
+        std::fs::write(&p, &b).unwrap();
+        let o = moekit(&["inspect", p.to_str().unwrap()]);
+        let _ = std::fs::remove_file(&p);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s = String::from_utf8_lossy(&o.stdout).into_owned();
+        s.lines()
+            .find(|l| l.starts_with("runnable"))
+            .unwrap()
+            .to_string()
+    };
+    let line = inspect_relabelled(41);
     assert!(
         line.contains("no: block 1")
             && line.contains("blk.1.ffn_up_exps.weight")
-            && line.contains("nvfp4"),
+            && line.contains("q1_0"),
         "{line}"
     );
+    let line = inspect_relabelled(40);
+    assert!(line.contains("runnable     yes"), "{line}");
 }
 
 #[test]
