@@ -26,7 +26,8 @@ use moekit::testing::cpu_fast::{kind_of, kind_of_rows, qdot_rows, QRow};
 use moekit::testing::decoder;
 use moekit::{Backend, DType, Tensor, WeightFormat};
 use qdot_util::{
-    activations, bits, check_bad_arguments, check_zero_and_non_finite, levels, weights,
+    activations, bits, check_bad_arguments, check_levels, check_zero_and_non_finite, levels,
+    weights,
 };
 use rand::Rng;
 
@@ -67,31 +68,7 @@ fn every_level_equals_the_portable_kernels_bit_for_bit() {
                 .map(|i| activations(k, 7 * i + k as u64, 0.01))
                 .collect();
             let qs: Vec<QRow> = xs.iter().map(|x| QRow::new(x, kind).unwrap()).collect();
-            for ex in 0..e {
-                let mut want = vec![0f32; qs.len() * n];
-                for (q, want) in qs.iter().zip(want.chunks_exact_mut(n)) {
-                    let mut s = Vec::new();
-                    qdot_rows(SimdLevel::Portable, &dec, ex, 0, n, &[q], &mut s, want).unwrap();
-                }
-                assert!(want.iter().all(|v| v.is_finite()), "{f} K={k}");
-                for level in levels() {
-                    for rows in 1..=qs.len() {
-                        let acts: Vec<&QRow> = qs[..rows].iter().collect();
-                        let mut out = vec![f32::NAN; rows * n];
-                        let mut s = Vec::new();
-                        qdot_rows(level, &dec, ex, 0, n, &acts, &mut s, &mut out).unwrap();
-                        assert_eq!(
-                            bits(&out),
-                            bits(&want[..rows * n]),
-                            "{f} K={k} expert {ex} {level} with {rows} rows"
-                        );
-                    }
-                    let mut out = vec![0f32; n - 2];
-                    let mut s = Vec::new();
-                    qdot_rows(level, &dec, ex, 2, n - 2, &[&qs[0]], &mut s, &mut out).unwrap();
-                    assert_eq!(bits(&out), bits(&want[2..n]), "{f} K={k} {level}: row 2");
-                }
-            }
+            check_levels(&format!("{f} K={k}"), &w, n, &qs);
         }
     }
 }

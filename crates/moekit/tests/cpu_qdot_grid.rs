@@ -31,7 +31,9 @@ use moekit::ops::gather_mm::{gather_mm_on, RowExperts};
 use moekit::testing::cpu_fast::{kind_of_rows, qdot_rows, QRow};
 use moekit::testing::decoder;
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
-use qdot_util::{activations, bits, check_bad_arguments, check_zero_and_non_finite, levels};
+use qdot_util::{
+    activations, bits, check_bad_arguments, check_levels, check_zero_and_non_finite, levels,
+};
 use rand::Rng;
 
 /// The types of this file.
@@ -57,37 +59,6 @@ fn weights(t: GgmlType, e: usize, n: usize, k: usize, seed: u64) -> QuantWeights
 /// [`TYPES`] as weight formats.
 fn formats() -> Vec<WeightFormat> {
     TYPES.into_iter().map(WeightFormat::Ggml).collect()
-}
-
-/// Every level against the portable kernels, one activation row at a time,
-/// for expert `ex` of `w` (`n` rows).
-fn check_levels(name: &str, w: &QuantWeights, n: usize, qs: &[QRow]) {
-    let dec = decoder(w).unwrap();
-    for ex in 0..w.n_experts() {
-        let mut want = vec![0f32; qs.len() * n];
-        for (q, want) in qs.iter().zip(want.chunks_exact_mut(n)) {
-            let mut s = Vec::new();
-            qdot_rows(SimdLevel::Portable, &dec, ex, 0, n, &[q], &mut s, want).unwrap();
-        }
-        assert!(want.iter().all(|v| v.is_finite()), "{name}");
-        for level in levels() {
-            for rows in 1..=qs.len() {
-                let acts: Vec<&QRow> = qs[..rows].iter().collect();
-                let mut out = vec![f32::NAN; rows * n];
-                let mut s = Vec::new();
-                qdot_rows(level, &dec, ex, 0, n, &acts, &mut s, &mut out).unwrap();
-                assert_eq!(
-                    bits(&out),
-                    bits(&want[..rows * n]),
-                    "{name} expert {ex} {level} with {rows} rows"
-                );
-            }
-            let mut out = vec![0f32; n - 2];
-            let mut s = Vec::new();
-            qdot_rows(level, &dec, ex, 2, n - 2, &[&qs[0]], &mut s, &mut out).unwrap();
-            assert_eq!(bits(&out), bits(&want[2..n]), "{name} {level}: row 2");
-        }
-    }
 }
 
 #[test]

@@ -43,6 +43,38 @@ pub fn levels() -> Vec<SimdLevel> {
         .collect()
 }
 
+/// Every level against the portable kernels, one activation row at a time,
+/// then 1..=`qs.len()` rows at once and a run from row 2, bit for bit,
+/// for every expert of `w` (`n` rows).
+pub fn check_levels(name: &str, w: &QuantWeights, n: usize, qs: &[QRow]) {
+    let dec = decoder(w).unwrap();
+    for ex in 0..w.n_experts() {
+        let mut want = vec![0f32; qs.len() * n];
+        for (q, want) in qs.iter().zip(want.chunks_exact_mut(n)) {
+            let mut s = Vec::new();
+            qdot_rows(SimdLevel::Portable, &dec, ex, 0, n, &[q], &mut s, want).unwrap();
+        }
+        assert!(want.iter().all(|v| v.is_finite()), "{name}");
+        for level in levels() {
+            for rows in 1..=qs.len() {
+                let acts: Vec<&QRow> = qs[..rows].iter().collect();
+                let mut out = vec![f32::NAN; rows * n];
+                let mut s = Vec::new();
+                qdot_rows(level, &dec, ex, 0, n, &acts, &mut s, &mut out).unwrap();
+                assert_eq!(
+                    bits(&out),
+                    bits(&want[..rows * n]),
+                    "{name} expert {ex} {level} with {rows} rows"
+                );
+            }
+            let mut out = vec![0f32; n - 2];
+            let mut s = Vec::new();
+            qdot_rows(level, &dec, ex, 2, n - 2, &[&qs[0]], &mut s, &mut out).unwrap();
+            assert_eq!(bits(&out), bits(&want[2..n]), "{name} {level}: row 2");
+        }
+    }
+}
+
 /// At every level: zero activations give zeros, an infinite one NaN.
 pub fn check_zero_and_non_finite(formats: &[WeightFormat]) {
     for &f in formats {
