@@ -16,6 +16,7 @@ static_assert(sizeof(SwigluParams) == 32, "SwigluParams layout");
 // Grid-stride over the n elements (any grid covers them).
 template <typename T>
 __global__ void swiglu(const __grid_constant__ SwigluParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   const T* g = static_cast<const T*>(p.gate);
   const T* u = static_cast<const T*>(p.up);
   T* out = static_cast<T*>(p.out);
@@ -35,6 +36,7 @@ static_assert(sizeof(RowBiasParams) == 32, "RowBiasParams layout");
 // y[r, c] += bias[c] (grid-stride).
 template <typename T>
 __global__ void row_bias(const __grid_constant__ RowBiasParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   T* y = static_cast<T*>(p.y);
   const u64 stride = (u64)gridDim.x * blockDim.x, total = p.rows * p.n;
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
@@ -56,6 +58,7 @@ static_assert(sizeof(RoutedBiasParams) == 64, "RoutedBiasParams layout");
 // id ≥ E is reported and its slot skipped. grid = (⌈H / block⌉, T).
 template <typename T>
 __global__ void routed_bias(const __grid_constant__ RoutedBiasParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   const u32 t = blockIdx.y, h = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= p.n_tokens || h >= p.hidden) return;
   T* out = static_cast<T*>(p.out);
@@ -86,6 +89,7 @@ static_assert(sizeof(WeightRowsParams) == 48, "WeightRowsParams layout");
 // experts of a weight-before block combine with). Grid-stride.
 template <typename T>
 __global__ void weight_rows(const __grid_constant__ WeightRowsParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   const T* x = static_cast<const T*>(p.x);
   T* out = static_cast<T*>(p.out);
   const u64 stride = (u64)gridDim.x * blockDim.x, total = p.rows * p.n;

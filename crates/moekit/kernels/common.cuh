@@ -27,6 +27,35 @@ enum ErrorBits : u32 {
   ERR_CONFIG = 8u,      // a launch the kernel instance does not fit (shared memory, P)
 };
 
+// ---------------------------------------------------------------------------
+// Kernel boundaries. On sm_90 the MoE block's kernels start as programmatic
+// dependent launches (ops/mod.rs `Order::Dependent`): each kernel lets the
+// next one launch as soon as all of its own blocks have started
+// (pdl_trigger), and a kernel waits for the previous one to complete, its
+// memory visible (pdl_wait = griddepcontrol.wait), before it touches anything
+// an earlier kernel wrote or reads — so launch latency and block scheduling
+// overlap the previous kernel's tail. Launched in plain stream order, both
+// are no-ops. Every block of a dependent launch must wait (a kernel whose
+// blocks all finished without waiting could complete before the kernel it
+// follows, and the next one's wait would not cover that one).
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// The first statement of a kernel launched with Order::Dependent that has
+// no independent prologue: let the next kernel launch, then wait for the
+// previous one.
+__device__ __forceinline__ void pdl_entry() {
+  pdl_trigger();
+  pdl_wait();
+}
+
 __device__ __forceinline__ void report(u32* err, u32 bit) { atomicOr(err, bit); }
 
 __device__ __forceinline__ float to_f32(float v) { return v; }

@@ -105,24 +105,7 @@ __device__ __forceinline__ u32 block_id() { return blockIdx.y * gridDim.x + bloc
 // A per-block stamp at base + block (the first 1024 blocks: a phase's room).
 __device__ __forceinline__ u32 block_slot(u32 base) { return block_id() < 1024 ? base + block_id() : TRACE_WORDS; }
 
-// ---------------------------------------------------------------------------
-// Kernel boundaries. On sm_90 decode.rs starts the routing step, gate/up and down as
-// programmatic dependent launches: each kernel lets the next one launch as
-// soon as all of its own blocks have started (pdl_trigger), and a kernel
-// waits for the previous one to complete, its memory visible
-// (pdl_wait = griddepcontrol.wait), before it touches anything an earlier
-// kernel wrote — so launch latency and block scheduling overlap the
-// previous kernel's tail. Launched in plain stream order, both are no-ops.
-__device__ __forceinline__ void pdl_trigger() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+// Kernel boundaries: pdl_trigger / pdl_wait (common.cuh).
 
 // Arrival of one block at a ticket word: true for the last of `count`
 // blocks. After the block's barrier, one release-acquire atomic orders

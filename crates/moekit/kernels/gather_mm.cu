@@ -102,6 +102,7 @@ __device__ __forceinline__ void stage_x(const GatherParams& p, u32 row0, u32 sla
 
 template <typename F, typename T, int P>
 __global__ void __launch_bounds__(WARPS * 32) gather_mm(const __grid_constant__ GatherParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   static_assert(P == 1 || P == 2, "one source, or gate and up");
   static_assert(32 % F::CHUNK == 0 && F::CHUNK % 4 == 0, "a chunk is whole float4s inside 32 columns");
   constexpr int RPW = P == 1 ? 2 : 1;                   // output columns per warp

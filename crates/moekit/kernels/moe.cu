@@ -15,6 +15,7 @@ static_assert(sizeof(SharedCombineParams) == 32, "SharedCombineParams layout");
 // One block per token: out[t] += (gate ? sigmoid(gate[t]) : 1) * shared[t].
 template <typename T>
 __global__ void shared_combine(const __grid_constant__ SharedCombineParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   const u32 t = blockIdx.x;
   const float g = p.gate ? 1.f / (1.f + expf(-to_f32(static_cast<const T*>(p.gate)[t]))) : 1.f;
   T* out = static_cast<T*>(p.out) + (u64)t * p.hidden;

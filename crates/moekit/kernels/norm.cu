@@ -248,6 +248,7 @@ __device__ __forceinline__ bool aligned16(const void* q) { return ((u64)q & 15u)
 // p.staged.
 template <class E, typename T, typename W>
 __global__ void __launch_bounds__(1024) norm_epilogue(const __grid_constant__ NormParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   extern __shared__ float sv[];
   __shared__ float scratch[32];
   constexpr int G = 16 / sizeof(T);

@@ -15,6 +15,7 @@ static_assert(sizeof(PermuteParams) == 48, "PermuteParams layout");
 // One block per sorted row; threads stride over the hidden dimension.
 template <typename T>
 __global__ void permute_rows(const __grid_constant__ PermuteParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   const u32 row = blockIdx.x;
   const u32 s = p.sorted[row];
   const u32 t = s / p.top_k;
@@ -49,6 +50,7 @@ constexpr u32 UNPERM_CHUNK = 8;
 
 template <typename T>
 __global__ void unpermute_rows(const __grid_constant__ UnpermuteParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   constexpr u32 V = 16 / sizeof(T);
   const u32 t = blockIdx.x;
   const u32 c0 = (blockIdx.y * blockDim.x + threadIdx.x) * V;

@@ -21,6 +21,7 @@ namespace moekit {
 // route::kWarps * route::kBuffers * E floats.
 template <class Kind, typename T>
 __global__ void __launch_bounds__(route::kWarps * 32) route_tokens(const __grid_constant__ RouteParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   extern __shared__ float route_smem[];
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const u32 t = blockIdx.x * route::kWarps + warp;

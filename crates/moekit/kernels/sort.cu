@@ -183,6 +183,7 @@ __device__ void block_exclusive_scan(u32* v, u32 n, u32* scratch) {
 
 // n ≤ sort::kRange: one block; shared memory (kWarps + 1)·(E + 1) + 32 words.
 __global__ void __launch_bounds__(sort::kThreads) sort_single(const __grid_constant__ SortParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   extern __shared__ u32 sort_smem[];
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, cols = p.n_experts + 1;
   u32* table = sort_smem;
@@ -200,6 +201,7 @@ __global__ void __launch_bounds__(sort::kThreads) sort_single(const __grid_const
 
 // One block per range; shared memory kWarps·(E + 1) words.
 __global__ void __launch_bounds__(sort::kThreads) sort_count(const __grid_constant__ SortParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   extern __shared__ u32 sort_smem[];
   const u32 r = blockIdx.x, cols = p.n_experts + 1;
   if (r >= p.n_ranges) return;
@@ -211,6 +213,7 @@ __global__ void __launch_bounds__(sort::kThreads) sort_count(const __grid_consta
 // One block of 1024 threads; shared memory (E + 1 + 32) words. Each thread
 // walks its columns down the ranges in batches of kBatch independent loads.
 __global__ void __launch_bounds__(1024) sort_scan(const __grid_constant__ SortParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   constexpr u32 kBatch = 8;
   extern __shared__ u32 sort_smem[];
   const u32 cols = p.n_experts + 1, nr = p.n_ranges;
@@ -246,6 +249,7 @@ __global__ void __launch_bounds__(1024) sort_scan(const __grid_constant__ SortPa
 // As sort_count: the range's counts again, each warp's first positions from
 // the range's (sort_scan), then the scatter.
 __global__ void __launch_bounds__(sort::kThreads) sort_scatter(const __grid_constant__ SortParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   extern __shared__ u32 sort_smem[];
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, cols = p.n_experts + 1;
   const u32 r = blockIdx.x;

@@ -17,6 +17,7 @@ static_assert(sizeof(SplitParams) == 24, "SplitParams layout");
 // Grid-stride over the n elements (any grid covers them).
 template <typename T>
 __global__ void split_hi_lo(const __grid_constant__ SplitParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   T* hi = static_cast<T*>(p.out);
   T* lo = hi + p.n;
   const u64 stride = (u64)gridDim.x * blockDim.x;

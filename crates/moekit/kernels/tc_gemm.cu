@@ -122,6 +122,7 @@ struct TcGeo : TcTiles<F, T, BM>, TcRaw<F, TcTiles<F, T, BM>::AUX_WORD> {
 
 template <typename F, typename T, int P, int BM, bool GLU = false>
 __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_gemm(const __grid_constant__ TcParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   typedef TcGeo<F, T, BM> G;
   extern __shared__ __align__(128) u8 smem[];
   __shared__ u32 scan[TC_THREADS / 32 + 4];

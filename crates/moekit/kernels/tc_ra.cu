@@ -100,6 +100,7 @@ __device__ __forceinline__ void ra_put8(T* out, u32 q, const uint4& v) {
 
 template <typename T>
 __global__ void __launch_bounds__(256) ra_permute(const __grid_constant__ RaPermParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;  // 8-column group
   const u32 groups = p.k / 8;
   if (i >= (u64)p.rows * groups) return;
@@ -146,6 +147,7 @@ template <int N> struct RaN { static constexpr int value = N; };
 
 template <typename F, typename T, int P, int BM, bool GLU = false>
 __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const __grid_constant__ TcParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   typedef RaGeo<BM> G;
   typedef typename DecOf<F, T>::type Dec;

@@ -2,7 +2,7 @@
 //! every benchmark result is compared with; and, for context, its cuBLAS
 //! bf16 GEMM rate.
 
-use super::{launch, Geometry};
+use super::{launch_ordered, Geometry, Order};
 use crate::cuda::jit::Source;
 use crate::cuda::CudaDevice;
 use crate::error::{cublas_err, cuda_err, invalid, Error, Result};
@@ -82,7 +82,17 @@ pub fn read_bandwidth(dev: &CudaDevice, bytes: usize) -> Result<f64> {
     };
     let ms = time_ms(dev, 20, || {
         // SAFETY: src holds n_words 16-byte words and sink one word per block.
-        unsafe { launch(dev, &SRC, "moekit::read_words", geo, p, "read_words") }
+        unsafe {
+            launch_ordered(
+                dev,
+                &SRC,
+                "moekit::read_words",
+                geo,
+                p,
+                "read_words",
+                Order::Stream,
+            )
+        }
     })?;
     Ok((n_words * 16) as f64 / (ms * 1e-3) / 1e9)
 }

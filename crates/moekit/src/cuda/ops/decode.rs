@@ -11,7 +11,7 @@
 
 use super::gather_mm::{all_format_types, format_type, group_shift, weight_src};
 use super::route::rule_params;
-use super::{ctype, launch, launch_ordered, Geometry, Order, FLOAT_DTYPES};
+use super::{ctype, launch_ordered, Geometry, Order, FLOAT_DTYPES};
 use crate::cuda::jit::Source;
 use crate::error::{ensure, Result};
 use crate::format::QuantWeights;
@@ -763,13 +763,16 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
     // and weight_src (16-byte aligned). Expert ids are produced by the route
     // step itself (< E); the grids depend on shapes only.
     unsafe {
-        launch(
+        // The router matvec starts in stream order: its products begin
+        // before any wait (x and the router rows come from the caller).
+        launch_ordered(
             &dev,
             &SRC,
             &format!("moekit::decode_route<{fr}, {tn}>"),
             g1,
             params,
             "decode_route",
+            Order::Stream,
         )?;
         // Each waits (pdl_wait) before reading what the step before wrote.
         if params.fold_route == 0 {

@@ -170,13 +170,21 @@ pub fn pdl_enabled(dev: &CudaDevice) -> bool {
     env && dev.arch().major >= 9
 }
 
-/// Launches `name_expr` of `source` with `params` on the device's stream.
-/// An empty grid launches nothing.
+/// Launches `name_expr` of `source` with `params` on the device's stream as
+/// a programmatic dependent of the kernel before it ([`Order::Dependent`]):
+/// every kernel of the crate but the two launched with [`Order::Stream`]
+/// (the decode path's router matvec, which starts its products before the
+/// previous kernel ends, and the bandwidth probe) begins with
+/// `pdl_entry()` (common.cuh: trigger, then wait), so a chain of them
+/// overlaps each launch with the previous kernel's tail. An empty grid
+/// launches nothing.
 ///
 /// # Safety
-/// `params` must match the kernel's params struct, and every device pointer
-/// in it must be valid for the accesses the kernel makes for this geometry
-/// (each wrapper states why).
+/// `params` must match the kernel's params struct, every device pointer in
+/// it must be valid for the accesses the kernel makes for this geometry
+/// (each wrapper states why), and every block of the kernel must execute
+/// `griddepcontrol.wait` (`pdl_entry`/`pdl_wait`) before its first access to
+/// memory that earlier kernels on the stream write or read.
 pub unsafe fn launch<P: DeviceRepr>(
     dev: &CudaDevice,
     source: &'static Source,
@@ -186,7 +194,7 @@ pub unsafe fn launch<P: DeviceRepr>(
     op: &'static str,
 ) -> Result<()> {
     // SAFETY: forwarded from the caller's contract.
-    unsafe { launch_ordered(dev, source, name_expr, geo, params, op, Order::Stream) }
+    unsafe { launch_ordered(dev, source, name_expr, geo, params, op, Order::Dependent) }
 }
 
 /// Dynamic shared memory above which a launch opts in to more than 48 KiB.
@@ -195,9 +203,10 @@ const OPT_IN_SMEM: u32 = 32 * 1024;
 /// [`launch`] with an explicit [`Order`].
 ///
 /// # Safety
-/// As [`launch`]; with [`Order::Dependent`] the kernel must also execute
-/// `griddepcontrol.wait` (decode.cu `pdl_wait`) before its first access to
-/// memory that earlier kernels on the stream write.
+/// As [`launch`]'s first two conditions; with [`Order::Dependent`] also its
+/// third: every block executes `griddepcontrol.wait` (common.cuh
+/// `pdl_wait`) before its first access to memory that earlier kernels on
+/// the stream write or read.
 pub unsafe fn launch_ordered<P: DeviceRepr>(
     dev: &CudaDevice,
     source: &'static Source,
