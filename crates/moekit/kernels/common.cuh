@@ -56,6 +56,9 @@ __device__ __forceinline__ void pdl_entry() {
   pdl_wait();
 }
 
+// Asks L2 for the line holding p (no registers, nothing to wait for).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 __device__ __forceinline__ void report(u32* err, u32 bit) { atomicOr(err, bit); }
 
 __device__ __forceinline__ float to_f32(float v) { return v; }

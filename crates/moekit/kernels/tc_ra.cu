@@ -57,6 +57,7 @@ constexpr u32 RA_PERM_OUT = 256u;  // TcParams::p flag: P = 2 writes its output 
 constexpr u32 RA_PREFETCH = 512u;  // TcParams::p flag: the block first asks L2 for all of its weight rows
 constexpr u32 RA_OUT_ORDER = 10;  // TcParams::p bits 10, 11: the permuted output's SpanOrder
 constexpr u32 RA_FULL_N = 4096u;  // TcParams::p flag: every tile runs at N = BM (A/B of RaWidths)
+constexpr u32 RA_LOOK = 13;  // TcParams::p bits 13..15: spans beyond the register loads that L2 is asked for (0: none)
 
 // Position of column p (0..127) of a span in the MMA's k order (SpanOrder,
 // decode_mma.cuh): p = 32c + 8u + r, r = column span_first(order, i) + h ·
@@ -216,6 +217,17 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
 #pragma unroll
     for (int h = 0; h < 2; ++h) d[h].load(global_slice<F>(rows[h], s * RA_SPAN + kc0, valid[h] && s < n_spans));
   };
+  // Lookahead: a lane asks L2 for its weight slices `look` spans beyond the
+  // two its registers hold (prefetch.global.L2: no registers, no wait), so
+  // more weight bytes are in flight than two spans of decoders carry.
+  const u32 look = (p.p >> RA_LOOK) & 7u;
+  auto prefetch_w = [&](u32 s) {
+    if (s >= n_spans) return;
+    const u32 kc = s * RA_SPAN + kc0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (valid[h]) prefetch_l2(rows[h].data + (u64)kc * F::UNIT_BYTES / F::UNIT_W);  // about where column kc lies
+  };
   const u32 b_base = pin(smem_addr(b_sm));
 
   // The pipeline and the store at wgmma N = NN (≤ BM): the tile's rows
@@ -274,6 +286,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
       half(d, s, 0);
       half(d, s, 1);
       load_w(d, s + 2);
+      if (look != 0) prefetch_w(s + 2 + look);
     };
 
 #pragma unroll
@@ -281,6 +294,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
     Dec d0[2], d1[2];
     load_w(d0, 0);
     load_w(d1, 1);
+    for (u32 j = 2; j < 2 + look; ++j) prefetch_w(j);
     for (u32 s = 0; s < n_spans; s += 2) {
       span(d0, s);
       if (s + 1 < n_spans) span(d1, s + 1);

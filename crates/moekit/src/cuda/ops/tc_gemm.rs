@@ -514,6 +514,7 @@ pub(crate) fn run_kernel(
             let name = kernel_name("tc_ra", w, x.dtype(), p_sources, bm, glu.general())?;
             let flags = tc_ra::prefetch_flag(bm)
                 | tc_ra::width_flag()
+                | tc_ra::look_flag()
                 | match perm_out {
                     Some(order) if p_sources == 2 => tc_ra::perm_out_flags(order),
                     _ => 0,

@@ -84,6 +84,14 @@ pub(crate) fn width_flag() -> u32 {
     }
 }
 
+/// `TcParams::p` bits 13..15 (`RA_LOOK`): spans beyond its two spans of
+/// register loads at which a lane asks L2 for its weight slices
+/// (`prefetch.global.L2`), 0 for none: `MOEKIT_TC_LOOK` (0..=7, read once).
+pub(crate) fn look_flag() -> u32 {
+    static ENV: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| super::env_knob("MOEKIT_TC_LOOK", 0..=7, 0)) << 13
+}
+
 /// `TcParams::p` bits (`RA_OUT_ORDER`): with [`PERM_OUT`], the output's
 /// [`SpanOrder`] code at bits 10 and 11.
 const OUT_ORDER_SHIFT: u32 = 10;
