@@ -214,6 +214,7 @@ fn build_block(
                     up: bias(&[e, i], 1.0)?,
                     down: bias(&[e, h], 0.1)?,
                 },
+                scale: Default::default(),
                 input: Default::default(),
             }
         }

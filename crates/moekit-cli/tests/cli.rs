@@ -243,6 +243,14 @@ fn inspect_says_whether_the_moe_layers_run_and_names_what_stops_them() {
     );
     let line = inspect_relabelled(40);
     assert!(line.contains("runnable     yes"), "{line}");
+
+    // Per-expert ffn_{gate,up,down}_exps.scale tensors (NVFP4 GGUFs): runnable.
+    let sc = root().join("fixtures/gguf/qwen2moe_nvfp4_scales.gguf");
+    let o = moekit(&["inspect", sc.to_str().unwrap()]);
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(s.contains("runnable     yes (every MoE layer: 1)"), "{s}");
+    assert!(s.contains("blk.0.ffn_gate_exps.scale"), "{s}");
 }
 
 #[test]

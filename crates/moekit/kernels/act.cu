@@ -1,6 +1,7 @@
 // act.cu — elementwise epilogues of the general path, in f32, stored as T:
-// SwiGLU out = silu(gate) · up; a bias row added to every row; and the
-// routing-weighted expert biases added to a combined output.
+// SwiGLU out = silu(gate) · up; a bias row added to every row; the
+// routing-weighted expert biases added to a combined output; and the
+// combine weights with down's per-expert scale folded in.
 #include "moekit/common.cuh"
 
 namespace moekit {
@@ -97,6 +98,31 @@ __global__ void weight_rows(const __grid_constant__ WeightRowsParams p) {
     const u64 t = i / p.n;
     out[i] = from_f32<T>(to_f32(x[i]) * to_f32(from_f32<T>(p.weights[t])));
     if (i % p.n == 0) p.ones[t] = 1.f;
+  }
+}
+
+struct CombineWeightsParams {
+  const u32* ids;        // [T·k]
+  const float* weights;  // [T·k]
+  const float* scale;    // [E]
+  float* out;            // [T·k]
+  u32* err;
+  u32 n, n_experts;
+};
+static_assert(sizeof(CombineWeightsParams) == 48, "CombineWeightsParams layout");
+
+// out[s] = weights[s] · scale[ids[s]] (src/ops/ffn.rs combine_weights_on);
+// an id ≥ E is reported and its weight set to 0. Grid-stride.
+__global__ void combine_weights(const __grid_constant__ CombineWeightsParams p) {
+  const u32 stride = gridDim.x * blockDim.x;
+  for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
+    const u32 e = p.ids[i];
+    if (e >= p.n_experts) {
+      report(p.err, ERR_EXPERT_ID);
+      p.out[i] = 0.f;
+      continue;
+    }
+    p.out[i] = __fmul_rn(p.weights[i], p.scale[e]);
   }
 }
 

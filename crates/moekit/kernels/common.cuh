@@ -96,38 +96,47 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
-// The experts' gated activation with its optional biases (src/ops/ffn.rs,
-// GluAct and ExpertBiases; the Rust mirror is cuda::ops::GluParams).
+// The experts' gated activation with its optional biases and per-expert
+// output scales (src/ops/ffn.rs, GluAct, ExpertBiases and ExpertScales; the
+// Rust mirror is cuda::ops::GluParams): g' = g·gate_scale[e] + gate_bias[e],
+// u' likewise, act(g', u') — each scale before its bias, as llama.cpp's
+// build_lora_mm_id and mlx-lm's QuantizedSwitchLinear apply them.
 enum GluKind : u32 { GLU_SWIGLU = 0, GLU_SWIGLU_OAI = 1, GLU_GELU_TANH = 2 };
 struct GluParams {
-  const float* gate_bias;  // [E, N] f32, or null
-  const float* up_bias;    // [E, N] f32, or null
-  u32 kind;                // GluKind
-  float alpha, limit;      // GLU_SWIGLU_OAI
+  const float* gate_bias;   // [E, N] f32, or null
+  const float* up_bias;     // [E, N] f32, or null
+  const float* gate_scale;  // [E] f32, or null (1)
+  const float* up_scale;    // [E] f32, or null (1)
+  u32 kind;                 // GluKind
+  float alpha, limit;       // GLU_SWIGLU_OAI
   u32 pad;
 };
-static_assert(sizeof(GluParams) == 32, "GluParams layout");
+static_assert(sizeof(GluParams) == 48, "GluParams layout");
 
-// Whether `a` is plain SwiGLU without biases: epilogues test it once and
-// keep their plain loop free of the general one's branches and loads.
+// Whether `a` is plain SwiGLU without biases or scales: epilogues test it
+// once and keep their plain loop free of the general one's branches and loads.
 __device__ __forceinline__ bool glu_plain(const GluParams& a) {
-  return a.kind == GLU_SWIGLU && !a.gate_bias && !a.up_bias;
+  return a.kind == GLU_SWIGLU && !a.gate_bias && !a.up_bias && !a.gate_scale && !a.up_scale;
 }
 
-// One output column's gate and up biases (0 without).
+// One output column's gate and up biases (0 without) and its expert's gate
+// and up scales (1 without).
 struct GluCol {
-  float gate, up;
+  float gate, up, gate_scale, up_scale;
 };
-__device__ __forceinline__ GluCol glu_col(const GluParams& a, u64 at) {
-  return GluCol{a.gate_bias ? a.gate_bias[at] : 0.f, a.up_bias ? a.up_bias[at] : 0.f};
+// Column `at` = e · N + column of expert `e`.
+__device__ __forceinline__ GluCol glu_col(const GluParams& a, u32 e, u64 at) {
+  return GluCol{a.gate_bias ? a.gate_bias[at] : 0.f, a.up_bias ? a.up_bias[at] : 0.f,
+                a.gate_scale ? a.gate_scale[e] : 1.f, a.up_scale ? a.up_scale[e] : 1.f};
 }
 
-// act(g + col.gate, u + col.up). GLU_SWIGLU_OAI (gpt-oss): min(g, limit),
-// clamp(u, ±limit), (u + 1)·g·σ(α g). GLU_GELU_TANH (Gemma-4): ½ g (1 +
-// tanh(√(2/π) (g + 0.044715 g³)))·u.
+// act(g·col.gate_scale + col.gate, u·col.up_scale + col.up) (the product
+// rounded apart from the sum, as the CPU paths round it). GLU_SWIGLU_OAI
+// (gpt-oss): min(g, limit), clamp(u, ±limit), (u + 1)·g·σ(α g).
+// GLU_GELU_TANH (Gemma-4): ½ g (1 + tanh(√(2/π) (g + 0.044715 g³)))·u.
 __device__ __forceinline__ float glu_at(const GluParams& a, const GluCol& col, float g, float u) {
-  g += col.gate;
-  u += col.up;
+  g = __fadd_rn(__fmul_rn(g, col.gate_scale), col.gate);
+  u = __fadd_rn(__fmul_rn(u, col.up_scale), col.up);
   if (a.kind == GLU_SWIGLU_OAI) {
     g = fminf(g, a.limit);
     u = fminf(fmaxf(u, -a.limit), a.limit);
@@ -137,9 +146,9 @@ __device__ __forceinline__ float glu_at(const GluParams& a, const GluCol& col, f
   return silu(g) * u;
 }
 
-// act(g + gate_bias[at], u + up_bias[at]); `at` = expert · N + column.
-__device__ __forceinline__ float glu(const GluParams& a, float g, float u, u64 at) {
-  return glu_at(a, glu_col(a, at), g, u);
+// glu_at with column `at` = e · N + column of expert `e`.
+__device__ __forceinline__ float glu(const GluParams& a, float g, float u, u32 e, u64 at) {
+  return glu_at(a, glu_col(a, e, at), g, u);
 }
 
 }  // namespace moekit

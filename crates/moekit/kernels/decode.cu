@@ -286,15 +286,23 @@ __device__ __forceinline__ bool gate_up_begin(const DecodeParams& p, bool& share
 // Token t's output from its slots' down outputs y(s) (slots t·k + j, and
 // T·k + t for the shared expert): Σ_j w[t, j]·y in slot order rounded to T,
 // plus the gated shared expert rounded again, as the general path rounds.
-// With a down bias (gpt-oss), Σ_j w[t, j]·bias[ids[t, j], h] is added to
-// the rounded sum and rounded again, as the general path's routed_bias.
+// With down's per-expert scale, slot j's weight is w[t, j]·down_scale[e]
+// (rounded to f32, as the general path's combine_weights). With a down bias
+// (gpt-oss), Σ_j w[t, j]·bias[ids[t, j], h] is added to the rounded sum and
+// rounded again, as the general path's routed_bias.
 template <typename T, typename Y>
 __device__ __forceinline__ T combine_token(const DecodeParams& p, u32 t, u32 h, const Y& y) {
   const u32 k = p.top_k;
   float acc = 0.f;
   // A weight-before block's experts saw the weight already: they combine with 1.
   auto wt = [&](u32 j) { return p.weight_in ? 1.f : p.weights[(u64)t * k + j]; };
-  for (u32 j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(wt(j), y(t * k + j)));
+  // The down scale of slot j's expert (the routing step wrote ids < E).
+  auto ws = [&](u32 j) {
+    if (p.down_scale == nullptr) return wt(j);
+    const u32 e = p.ids[(u64)t * k + j];
+    return e < p.n_experts ? __fmul_rn(wt(j), p.down_scale[e]) : 0.f;
+  };
+  for (u32 j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(ws(j), y(t * k + j)));
   float o = to_f32(from_f32<T>(acc));
   if (p.down_bias != nullptr) {
     float b = 0.f;
@@ -581,7 +589,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __
           u *= w;
         }
         act[(u64)slot(t) * p.act_stride + row] =
-            from_f32<T>(plain ? silu(g) * u : glu(p.glu, g, u, (u64)e * n_rows + row));
+            from_f32<T>(plain ? silu(g) * u : glu(p.glu, g, u, e, (u64)e * n_rows + row));
       }
     };
     const u32 g = lane >> 2;

@@ -63,14 +63,15 @@ struct DecodeParams {
   u32 fold_route;   // 1: no decode_route_tail; every decode_gate_up_mma block routes (FOLD_MAX_T)
   u32 trace_twice;   // MOEKIT_TRACE builds: 1 routes every token twice (the second pass on warm code)
   u64* trace;       // MOEKIT_TRACE builds: TRACE_WORDS globaltimer stamps (else unused, may be null)
-  GluParams glu;              // the routed experts' activation and gate/up biases [E, I]
+  GluParams glu;              // the routed experts' activation, gate/up biases [E, I] and scales [E]
   const float* router_bias;   // [E] added to the logits, or null
   const float* down_bias;     // [E, H] added to each slot's down output, or null
   const void* router_x;       // [T, H] of T the router reads (Gemma-4's router norm), or null: x
   u32 weight_in;              // 1: the routing weight scales the experts' input (Llama-4, k = 1)
   u32 pad_wi;
+  const float* down_scale;    // [E] each slot's down output × down_scale[e] (in its combine weight), or null
 };
-static_assert(sizeof(DecodeParams) == 592, "DecodeParams layout");
+static_assert(sizeof(DecodeParams) == 616, "DecodeParams layout");
 
 // ---------------------------------------------------------------------------
 // Timeline stamps (a diagnostic build: NVRTC option -DMOEKIT_TRACE, set by

@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2) decode_gate_up(const __grid
         if (sub == 0 && i < cnt && r0 + grp < nr) {
           const u32 row = shared ? nt * k + i0 + i : p.slots[first + i0 + i];
           // The general path's fused SwiGLU stores its output in T.
-          const float a = shared ? silu(g) * u : glu(p.glu, g, u, (u64)e * n_rows + n0 + r);
+          const float a = shared ? silu(g) * u : glu(p.glu, g, u, e, (u64)e * n_rows + n0 + r);
           static_cast<float*>(p.act)[(u64)row * p.act_stride + act_pos<F::CHUNK>(n0 + r)] = to_f32(from_f32<T>(a));
         }
       }

@@ -35,9 +35,9 @@ struct GatherParams {
   u32 mode;             // RowMode
   u32 group_shift;      // affine: log2(group size), else 0
   u32 pad[2];
-  GluParams glu;        // P = 2: the activation and gate/up biases
+  GluParams glu;        // P = 2: the activation, gate/up biases and scales
 };
-static_assert(sizeof(GatherParams) == 160, "GatherParams layout");
+static_assert(sizeof(GatherParams) == 176, "GatherParams layout");
 
 constexpr int MT = 8;                   // rows of x per block
 constexpr int WARPS = 4;                // warps per block
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(WARPS * 32) gather_mm(const __grid_constant__ 
 #pragma unroll
         for (int q = 0; q < P; ++q) v[q] = warp_sum(acc[r * P + q][j]);
         float y = v[0];
-        if constexpr (P == 2) y = glu(p.glu, v[0], v[1], (u64)e * p.n + n);
+        if constexpr (P == 2) y = glu(p.glu, v[0], v[1], e, (u64)e * p.n + n);
         if (lane == 0) out[(u64)(row0 + j) * p.n + n] = from_f32<T>(y);
       }
     }

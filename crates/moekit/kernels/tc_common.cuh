@@ -26,9 +26,9 @@ struct TcParams {
   WeightSrc src[2];    // P = 1: src[0]; P = 2: gate, up
   u32 m, n, k, n_experts;
   u32 x_rows, gather_div, group_shift, p;  // p: P, checked against the instance
-  GluParams glu;       // P = 2: the activation and gate/up biases
+  GluParams glu;       // P = 2: the activation, gate/up biases and scales
 };
-static_assert(sizeof(TcParams) == 168, "TcParams layout");
+static_assert(sizeof(TcParams) == 184, "TcParams layout");
 
 constexpr int TC_STAGERS = 256;   // threads that stage a tile: two a weight row
 constexpr int TC_BROWS = 128;     // weight rows of a tile (P · BN)
@@ -149,7 +149,7 @@ __device__ __forceinline__ void wg_store(const TcParams& p, const TcTile& tile, 
       store_all([](float a, float b) { return silu(a) * b; });
     } else {
       // The column's biases once, then the activation per row.
-      const GluCol col = glu_col(p.glu, (u64)tile.e * p.n + n);
+      const GluCol col = glu_col(p.glu, tile.e, (u64)tile.e * p.n + n);
       store_all([&](float a, float b) { return glu_at(p.glu, col, a, b); });
     }
   }

@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
             if (n + c >= p.n) continue;
             float y = acc[i][j][2 * h + c];
             if constexpr (P == 2 && !GLU) y = silu(y) * acc[i][j + per][2 * h + c];
-            if constexpr (GLU) y = glu(p.glu, y, acc[i][j + per][2 * h + c], (u64)tile.e * p.n + n + c);
+            if constexpr (GLU) y = glu(p.glu, y, acc[i][j + per][2 * h + c], tile.e, (u64)tile.e * p.n + n + c);
             if constexpr (P == 3) y += acc[i][j + per][2 * h + c];
             orow[n + c] = from_f32<T>(y);
           }

@@ -16,7 +16,7 @@ use crate::device::Backend;
 use crate::error::{ensure, Result};
 use crate::format::QuantWeights;
 use crate::ops::act::{gather_glu_on, gather_swiglu_on, GateUp};
-use crate::ops::ffn::{add_down_bias_on, add_router_bias_on, ExpertFfn};
+use crate::ops::ffn::{add_down_bias_on, add_router_bias_on, combine_weights_on, ExpertFfn};
 use crate::ops::gather_mm::{gather_mm_on, qmm_on, RowExperts};
 pub use crate::ops::parts::{MoeBlockParts, SharedExpert};
 use crate::ops::permute::{permute_on, unpermute_on};
@@ -327,7 +327,8 @@ impl MoeBlock {
 }
 
 /// The routed experts on the general path: sort → permute → gather gate/up
-/// + SwiGLU → gather down → weighted unpermute.
+/// and SwiGLU → gather down → weighted unpermute (weights × down's
+/// per-expert scale where the block has one).
 fn general_experts(
     backend: Backend,
     gate_up: &GateUp,
@@ -341,7 +342,15 @@ fn general_experts(
     let rows = RowExperts::Sorted(&sort.offsets);
     let act = gather_glu_on(backend, &xs, gate_up, rows, ffn)?;
     let ys = gather_mm_on(backend, &act, down, rows)?;
-    let out = unpermute_on(backend, &ys, &sort, &routing.weights)?;
+    // Down's per-expert scale rides on the combine weights (linear in y);
+    // its bias is added with the router's weights (the scale precedes it).
+    let out = match &ffn.scale.down {
+        Some(s) => {
+            let w = combine_weights_on(backend, routing, s)?;
+            unpermute_on(backend, &ys, &sort, &w)?
+        }
+        None => unpermute_on(backend, &ys, &sort, &routing.weights)?,
+    };
     match &ffn.bias.down {
         Some(b) => add_down_bias_on(backend, &out, routing, b),
         None => Ok(out),

@@ -37,7 +37,9 @@ pub mod cuda {
     }
     /// `kernels/gather_mm.cu`.
     pub mod gather_mm {
-        pub use crate::cuda::ops::gather_mm::{gather_mm_into, gather_swiglu_into};
+        pub use crate::cuda::ops::gather_mm::{
+            gather_glu_into, gather_mm_into, gather_swiglu_into,
+        };
     }
     /// `kernels/norm.cu`.
     pub mod norm {
@@ -58,14 +60,14 @@ pub mod cuda {
     /// `kernels/tc_gemm.cu`.
     pub mod tc_gemm {
         pub use crate::cuda::ops::tc_gemm::{
-            matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
+            glu_into, matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
         };
     }
     /// `kernels/tc_ra.cu`.
     pub mod tc_ra {
         pub use crate::cuda::ops::tc_ra::{
-            matmul_into, max_tile, permute_into, span_order, swiglu_into, tile_rows, SpanOrder,
-            SPAN,
+            glu_into, matmul_into, max_tile, permute_into, span_order, supports, swiglu_into,
+            tile_rows, SpanOrder, SPAN,
         };
     }
 }

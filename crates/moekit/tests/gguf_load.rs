@@ -596,16 +596,57 @@ fn q8_0_bytes_read_as_nvfp4_run_on_both_cpu_paths() {
     // halving).
     relabelled_layer_runs("glm4moe_q8_0", 1, 8, 40, "nvfp4");
 
-    // The per-expert scales of NVFP4 GGUFs are refused by name.
+    // A per-expert scale that is not an [E] vector is refused by name (the
+    // renamed up weights: [E, I, H] q8_0), before the missing weight.
     let mut b = read_bytes("glm4moe_q8_0");
     let from = b"blk.1.ffn_up_exps.weight";
     let to = b"blk.1.ffn_up_exps.scale\0";
     assert_eq!(replace_all(&mut b, from, &to[..from.len()]), 1);
     let e = match parse(b).and_then(|ck| ck.moe_block(1, &|_, _| {}).map(|_| ())) {
         Err(e) => e.to_string(),
-        Ok(()) => panic!("a layer with `ffn_up_exps.scale` loaded"),
+        Ok(()) => panic!("a layer with a [E, I, H] `ffn_up_exps.scale` loaded"),
     };
     assert!(e.contains("blk.1.ffn_up_exps.scale"), "{e}");
+}
+
+#[test]
+fn per_expert_scales_are_read_and_unknown_expert_extras_refused() {
+    // The fixtures' ffn_{gate,up,down}_exps.scale become the block's expert
+    // scales (their values: every_fixture_matches_the_numpy_oracle).
+    for name in ["qwen2moe_nvfp4_scales", "gpt_oss_scales_q8_0"] {
+        let block = parse(read_bytes(name))
+            .unwrap()
+            .moe_block(0, &|_, _| {})
+            .unwrap();
+        let s = &block.parts().ffn.scale;
+        let [g, u, d] = [&s.gate, &s.up, &s.down].map(|t| t.as_ref().map(|t| t.shape().to_vec()));
+        assert_eq!(
+            (g, u, d.clone()),
+            (Some(vec![4]), Some(vec![4]), Some(vec![4])),
+            "{name}"
+        );
+    }
+    // Gemma-4's ffn_down_exps.scale stays its router's per-expert scale.
+    let block = parse(read_bytes("gemma4_q8_0"))
+        .unwrap()
+        .moe_block(0, &|_, _| {})
+        .unwrap();
+    assert!(!block.parts().ffn.scale.any());
+    assert!(matches!(
+        block.parts().router.kind,
+        moekit::ops::route::RouterKind::Gemma4 { .. }
+    ));
+    // An extra beside a stem moekit reads (`ffn_gate_up_exps.sc`, the
+    // fixture's gate scale renamed in place) is refused by name, not ignored.
+    let mut b = read_bytes("qwen2moe_nvfp4_scales");
+    let from = b"blk.0.ffn_gate_exps.scale";
+    let to = b"blk.0.ffn_gate_up_exps.sc";
+    assert_eq!(replace_all(&mut b, from, to), 1);
+    let e = match parse(b).and_then(|ck| ck.moe_block(0, &|_, _| {}).map(|_| ())) {
+        Err(e) => e.to_string(),
+        Ok(()) => panic!("a layer with `ffn_gate_up_exps.sc` loaded"),
+    };
+    assert!(e.contains("blk.0.ffn_gate_up_exps.sc"), "{e}");
 }
 
 /// Loads `bytes` completely (summary, listing, every MoE block, a forward

@@ -30,7 +30,7 @@ const NMSE_BOUND: f64 = 1e-8;
 /// formats with integer kernels): NMSE ≤ 1e-4.
 const NMSE_Q8: f64 = 1e-4;
 
-const CASES: [&str; 38] = [
+const CASES: [&str; 40] = [
     "qwen3_moe_mlx_q4",
     "qwen3_moe_hf_sharded",
     "qwen2_moe_mlx_q4",
@@ -69,6 +69,8 @@ const CASES: [&str; 38] = [
     "hunyuan_mlx_q4",
     "hunyuan_hf",
     "gpt_oss_hf_bf16",
+    "qwen2_moe_mlx_nvfp4_gs",
+    "gpt_oss_mlx_nvfp4_gs",
 ];
 
 fn case_dir(name: &str) -> PathBuf {
@@ -396,6 +398,68 @@ fn dense_and_out_of_range_layers_are_errors() {
         "{e}"
     );
     assert!(block_err(&d, usize::MAX).contains("layer"));
+}
+
+#[test]
+fn nvfp4_global_scales_are_read_and_misplaced_ones_refused() {
+    // The experts' global scales become the block's expert scales,
+    // gs / (448 · 6) each (their effect: every_fixture_matches_mlx_lm).
+    let m = "model.layers.1.mlp.switch_mlp";
+    let ck = open(&case_dir("qwen2_moe_mlx_nvfp4_gs")).unwrap();
+    let block = ck.moe_block(1, &|_, _| {}).unwrap();
+    let (h, data) =
+        split(&fs::read(case_dir("qwen2_moe_mlx_nvfp4_gs").join("model.safetensors")).unwrap());
+    let at = &h[format!("{m}.up_proj.global_scale")]["data_offsets"];
+    let (a, b) = (
+        at[0].as_u64().unwrap() as usize,
+        at[1].as_u64().unwrap() as usize,
+    );
+    let gs: Vec<f32> = data[a..b]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let up = block
+        .parts()
+        .ffn
+        .scale
+        .up
+        .as_ref()
+        .unwrap()
+        .to_f32_vec()
+        .unwrap();
+    let want: Vec<f32> = gs.iter().map(|g| g / 2688.0).collect();
+    assert_eq!(up, want);
+    assert!(block.parts().ffn.scale.gate.is_some() && block.parts().ffn.scale.down.is_some());
+
+    // A global scale of the wrong shape, beside a module that is not a
+    // stacked nvfp4 expert projection (the shared expert), or beside
+    // affine weights: refused, naming the tensor.
+    let t = TempCase::new("qwen2_moe_mlx_nvfp4_gs");
+    let name = format!("{m}.down_proj.global_scale");
+    edit_header(&t.path("model.safetensors"), |h| {
+        h[&name]["shape"] = serde_json::json!([2, 2]);
+    });
+    let e = block_err(&open(&t.0).unwrap(), 1);
+    assert!(e.contains(&name) && e.contains("f32 [4]"), "{e}");
+
+    let t = TempCase::new("qwen2_moe_mlx_nvfp4_gs");
+    let shared = "model.layers.1.mlp.shared_expert.up_proj.global_scale";
+    edit_header(&t.path("model.safetensors"), |h| {
+        let v = h.remove(&format!("{m}.up_proj.global_scale")).unwrap();
+        h.insert(shared.into(), v);
+    });
+    let e = block_err(&open(&t.0).unwrap(), 1);
+    assert!(e.contains(shared) && e.contains("stacked expert"), "{e}");
+
+    let t = TempCase::new("qwen2_moe_mlx_q4");
+    let gname = format!("{m}.gate_proj.global_scale");
+    edit_header(&t.path("model.safetensors"), |h| {
+        // Any tensor: the format is refused before it is read.
+        let v = h.remove("model.layers.0.input_layernorm.weight").unwrap();
+        h.insert(gname.clone(), v);
+    });
+    let e = block_err(&open(&t.0).unwrap(), 1);
+    assert!(e.contains(&gname) && e.contains("nvfp4"), "{e}");
 }
 
 #[test]

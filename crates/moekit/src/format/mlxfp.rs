@@ -25,8 +25,10 @@
 //! * e8m0 scale `e`: `2^(e − 127)` computed in f32, so `e = 0` is the
 //!   subnormal 2^−127 and `e = 255` is +∞ (OCP says NaN);
 //! * e4m3 scale (nvfp4): the e4m3 value of the byte (times `global_scale /
-//!   (448·6)` when MLX is given a global scale; moekit does not support a
-//!   global scale yet and the loader refuses one).
+//!   (448·6)` when MLX is given a global scale; the format leaves it out:
+//!   the safetensors loader reads mlx-lm's per-expert `global_scale` as the
+//!   experts' output scale, `crate::ops::ffn::ExpertScales`, the same
+//!   product since the factor is one per expert matrix).
 //!
 //! A weight is `value(code) · scale`: one f32 product, exact except where it
 //! overflows, so bit-identical to `mx.dequantize(..., dtype=mx.float32)`.

@@ -151,9 +151,10 @@ pub fn gather_swiglu_on(
     gather_glu_on(backend, x, w, experts, &ExpertFfn::default())
 }
 
-/// [`gather_swiglu_on`] with the experts' activation and gate/up biases of
-/// `ffn`: `act(x·Wgᵀ + gate_bias[e], x·Wuᵀ + up_bias[e])` (its router and
-/// down biases are not used here). The biases are on `x`'s device.
+/// [`gather_swiglu_on`] with the experts' activation and gate/up biases and
+/// scales of `ffn`: `act(s_g[e]·(x·Wgᵀ) + gate_bias[e], s_u[e]·(x·Wuᵀ) +
+/// up_bias[e])` (its router and down biases and down's scale are not used
+/// here). The biases and scales are on `x`'s device.
 pub fn gather_glu_on(
     backend: Backend,
     x: &Tensor,
@@ -182,7 +183,9 @@ pub fn gather_glu_on(
     let act = ffn.act;
     let host = |t: &Option<Tensor>| t.as_ref().map(|t| t.to_f32_vec()).transpose();
     let (gb, ub) = (host(&ffn.bias.gate)?, host(&ffn.bias.up)?);
+    let (gs, us) = (host(&ffn.scale.gate)?, host(&ffn.scale.up)?);
     let bias = |b: &Option<Vec<f32>>, at: usize| b.as_ref().map_or(0.0, |b| b[at]);
+    let scale = |s: &Option<Vec<f32>>, e: usize| s.as_ref().map_or(1.0, |s| s[e]);
     let out = match backend {
         Backend::CpuReference => {
             let [(gw, go), (uw, uo)] = w.sources();
@@ -202,8 +205,9 @@ pub fn gather_glu_on(
                                 .sum()
                         };
                         let at = seg.expert * i + n;
-                        let g = dot(&gm, go + n) + bias(&gb, at) as f64;
-                        let u = dot(&um, uo + n) + bias(&ub, at) as f64;
+                        let (sg, su) = (scale(&gs, seg.expert), scale(&us, seg.expert));
+                        let g = dot(&gm, go + n) * sg as f64 + bias(&gb, at) as f64;
+                        let u = dot(&um, uo + n) * su as f64 + bias(&ub, at) as f64;
                         out[r as usize * i + n] = act.apply_f64(g, u) as f32;
                     }
                 }
@@ -219,7 +223,7 @@ pub fn gather_glu_on(
                     row_offset: o,
                 })
             }
-            if ffn.is_plain() {
+            if ffn.glu_is_plain() {
                 project(
                     Strategy::Auto,
                     &xv,
@@ -230,16 +234,19 @@ pub fn gather_glu_on(
                     |[g, u]| silu(g) * u,
                 )?
             } else {
-                // Gate and up apart, then the biases by expert and the activation.
+                // Gate and up apart, then the scales and biases by expert and
+                // the activation (the epilogue knows no expert).
                 let g = project(Strategy::Auto, &xv, m, &segs, [src(gw, go)?], i, |[g]| g)?;
                 let mut u = project(Strategy::Auto, &xv, m, &segs, [src(uw, uo)?], i, |[u]| u)?;
                 for seg in &segs {
+                    let (sg, su) = (scale(&gs, seg.expert), scale(&us, seg.expert));
                     for &r in &seg.rows {
                         let r = r as usize;
                         for n in 0..i {
                             let at = seg.expert * i + n;
                             let o = &mut u[r * i + n];
-                            *o = act.apply(g[r * i + n] + bias(&gb, at), *o + bias(&ub, at));
+                            let g = g[r * i + n] * sg + bias(&gb, at);
+                            *o = act.apply(g, *o * su + bias(&ub, at));
                         }
                     }
                 }

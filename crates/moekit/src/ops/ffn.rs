@@ -1,17 +1,42 @@
 //! The routed experts' FFN beyond plain SwiGLU: the gated activation
-//! ([`GluAct`]) and the optional biases of the router and of each expert's
-//! three projections ([`ExpertBiases`]), as gpt-oss has them. One
-//! [`ExpertFfn`] per block; [`ExpertFfn::default`] is the plain SwiGLU
-//! without biases that every other family uses.
+//! ([`GluAct`]), the optional biases of the router and of each expert's
+//! three projections ([`ExpertBiases`]), as gpt-oss has them, and the
+//! optional per-expert scales of each projection's output
+//! ([`ExpertScales`]: NVFP4 GGUFs' `ffn_{gate,up,down}_exps.scale`, MLX
+//! nvfp4's per-expert `global_scale`). One [`ExpertFfn`] per block;
+//! [`ExpertFfn::default`] is the plain SwiGLU without biases or scales that
+//! most families use.
 //!
 //! What a block with an `ExpertFfn` computes for token `t` (slot `j`,
-//! expert `e = ids[t, j]`, routing weight `w = weights[t, j]`):
+//! expert `e = ids[t, j]`, routing weight `w = weights[t, j]`; a missing
+//! scale is 1):
 //!
 //! ```text
 //! logits = x·Rᵀ + router_bias
-//! g = x·Gₑᵀ + gate_bias[e]     u = x·Uₑᵀ + up_bias[e]
-//! y_t = Σ_j w · (Dₑ·act(g, u) + down_bias[e])     (slot order j)
+//! g = s_g[e]·(x·Gₑᵀ) + gate_bias[e]     u = s_u[e]·(x·Uₑᵀ) + up_bias[e]
+//! y_t = Σ_j w · (s_d[e]·(Dₑ·act(g, u)) + down_bias[e])     (slot order j)
 //! ```
+//!
+//! Each scale multiplies its matmul's output before that projection's bias,
+//! as llama.cpp's `build_lora_mm_id` (`ggml_mul` by the selected experts'
+//! scales right after `ggml_mul_mat_id`, the bias added by `build_moe_ffn`
+//! after it) and mlx-lm's `QuantizedSwitchLinear` (`gather_qmm(...,
+//! global_scale)`, then `+ bias`) do. Where each is applied:
+//! * `s_g` and `s_u` in the gate/up epilogue, before the biases and the
+//!   activation (the gate's scale sits inside the nonlinearity, and the up's
+//!   inside gpt-oss's clamp, so neither can move out of it): every path's
+//!   GLU (CPU reference and fast, CUDA `GluParams` in `kernels/common.cuh`);
+//! * `s_d`, linear in the down projection's output, folded into the combine
+//!   weight of each slot: `Σ_j (w·s_d[e])·(Dₑ·h) + Σ_j w·down_bias[e]`
+//!   ([`combine_weights_on`]; the fused decode path multiplies in its
+//!   combine). The routing weights a forward pass returns
+//!   ([`Routing::weights`]) stay the router's.
+//!
+//! Gemma-4's `ffn_down_exps.scale` is not an `ExpertScales::down`: its
+//! router rule carries it ([`crate::ops::route::RouterKind::Gemma4`]), so
+//! there it is part of the routing weights, as the GGUF and mlx-lm loaders
+//! have always read it (the same product either way: Gemma-4 has no down
+//! bias).
 
 use crate::device::Backend;
 use crate::error::{ensure, Result};
@@ -119,13 +144,36 @@ pub struct ExpertBiases {
     pub down: Option<Tensor>,
 }
 
-/// The experts' activation and biases.
+/// Optional per-expert f32 scales `[E]` of the gate, up and down
+/// projections' outputs (see the module doc for where each applies); each
+/// on the weights' device.
+#[derive(Debug, Clone, Default)]
+pub struct ExpertScales {
+    /// `s_g`: the gate projection's output × `gate[e]`, before its bias
+    /// and the activation.
+    pub gate: Option<Tensor>,
+    /// `s_u`: the up projection's output × `up[e]`, before its bias.
+    pub up: Option<Tensor>,
+    /// `s_d`: the down projection's output × `down[e]`, before its bias.
+    pub down: Option<Tensor>,
+}
+
+impl ExpertScales {
+    /// Whether any scale is set.
+    pub fn any(&self) -> bool {
+        self.gate.is_some() || self.up.is_some() || self.down.is_some()
+    }
+}
+
+/// The experts' activation, biases and output scales.
 #[derive(Debug, Clone)]
 pub struct ExpertFfn {
     /// The gated activation.
     pub act: GluAct,
     /// The biases.
     pub bias: ExpertBiases,
+    /// The per-expert output scales.
+    pub scale: ExpertScales,
     /// What the router and the experts read ([`ExpertInput::default`]: `x`).
     pub input: ExpertInput,
 }
@@ -135,15 +183,28 @@ impl Default for ExpertFfn {
         ExpertFfn {
             act: GluAct::SwiGlu,
             bias: ExpertBiases::default(),
+            scale: ExpertScales::default(),
             input: ExpertInput::default(),
         }
     }
 }
 
 impl ExpertFfn {
-    /// Plain SwiGLU without biases (what every fused path takes).
+    /// Plain SwiGLU without biases or scales (the epilogue with no
+    /// per-expert loads).
     pub fn is_plain(&self) -> bool {
-        self.act == GluAct::SwiGlu && !self.has_bias()
+        self.act == GluAct::SwiGlu && !self.has_bias() && !self.scale.any()
+    }
+
+    /// Whether the gate/up epilogue has anything beyond plain SwiGLU: another
+    /// activation, a gate or up bias, or a gate or up scale.
+    pub fn glu_is_plain(&self) -> bool {
+        let (b, s) = (&self.bias, &self.scale);
+        self.act == GluAct::SwiGlu
+            && b.gate.is_none()
+            && b.up.is_none()
+            && s.gate.is_none()
+            && s.up.is_none()
     }
 
     /// Whether any bias is set.
@@ -152,17 +213,20 @@ impl ExpertFfn {
         b.router.is_some() || b.gate.is_some() || b.up.is_some() || b.down.is_some()
     }
 
-    /// Checks α/limit and each bias's dtype (f32), shape and device against
-    /// a block of `e` experts, hidden size `h` and intermediate size `i` on
-    /// `device`.
+    /// Checks α/limit and each bias's and scale's dtype (f32), shape and
+    /// device against a block of `e` experts, hidden size `h` and
+    /// intermediate size `i` on `device`.
     pub fn check(&self, e: usize, h: usize, i: usize, device: Device) -> Result<()> {
         self.act.check()?;
-        let b = &self.bias;
+        let (b, s) = (&self.bias, &self.scale);
         for (name, t, shape) in [
             ("bias.router", &b.router, vec![e]),
             ("bias.gate", &b.gate, vec![e, i]),
             ("bias.up", &b.up, vec![e, i]),
             ("bias.down", &b.down, vec![e, h]),
+            ("scale.gate", &s.gate, vec![e]),
+            ("scale.up", &s.up, vec![e]),
+            ("scale.down", &s.down, vec![e]),
         ] {
             if let Some(t) = t {
                 ensure(
@@ -184,10 +248,10 @@ impl ExpertFfn {
         Ok(())
     }
 
-    /// A copy with every bias on `device`.
+    /// A copy with every bias and scale on `device`.
     pub fn to_device(&self, device: Device) -> Result<ExpertFfn> {
         let mv = |t: &Option<Tensor>| t.as_ref().map(|t| t.to_device(device)).transpose();
-        let b = &self.bias;
+        let (b, s) = (&self.bias, &self.scale);
         Ok(ExpertFfn {
             act: self.act,
             bias: ExpertBiases {
@@ -196,9 +260,59 @@ impl ExpertFfn {
                 up: mv(&b.up)?,
                 down: mv(&b.down)?,
             },
+            scale: ExpertScales {
+                gate: mv(&s.gate)?,
+                up: mv(&s.up)?,
+                down: mv(&s.down)?,
+            },
             input: self.input.to_device(device)?,
         })
     }
+}
+
+/// The combine weights of `routing` with down's per-expert scale folded in:
+/// `weights[t, j] · scale[ids[t, j]]` in f32, `[T, k]` on the routing's
+/// device (the routing itself is left as the router made it). `scale` is
+/// f32 `[E]` on that device. An id ≥ E is an error on the CPU and is
+/// reported on CUDA (its weight is then 0).
+pub fn combine_weights_on(backend: Backend, routing: &Routing, scale: &Tensor) -> Result<Tensor> {
+    const OP: &str = "combine_weights";
+    crate::ops::check_dtype(OP, "scale", scale, DType::F32)?;
+    crate::ops::check_dtype(OP, "routing.ids", &routing.ids, DType::U32)?;
+    crate::ops::check_dtype(OP, "routing.weights", &routing.weights, DType::F32)?;
+    ensure(
+        scale.rank() == 1,
+        OP,
+        "scale",
+        "shape [E]",
+        format!("{:?}", scale.shape()),
+    )?;
+    ensure(
+        routing.ids.rank() == 2 && routing.weights.shape() == routing.ids.shape(),
+        OP,
+        "routing",
+        "ids and weights of one shape [T, k]",
+        format!(
+            "{:?} and {:?}",
+            routing.ids.shape(),
+            routing.weights.shape()
+        ),
+    )?;
+    if backend == Backend::Cuda {
+        return crate::cuda::ops::act::combine_weights(&routing.ids, &routing.weights, scale);
+    }
+    let n_e = scale.shape()[0];
+    let s = scale.to_f32_vec()?;
+    let ids = routing.ids.to_device(Device::Cpu)?;
+    let ids = ids.as_slice::<u32>()?;
+    let mut w = routing.weights.to_f32_vec()?;
+    for (w, &e) in w.iter_mut().zip(ids) {
+        let s = s
+            .get(e as usize)
+            .ok_or_else(|| crate::error::invalid(OP, "routing.ids", format!("< {n_e}"), e))?;
+        *w *= s;
+    }
+    Tensor::from_f32(&w, routing.weights.shape(), DType::F32)
 }
 
 /// `logits + bias` per row (the router's bias): `logits [T, E]` float,
@@ -338,6 +452,43 @@ mod tests {
     }
 
     #[test]
+    fn down_scales_fold_into_the_combine_weights_on_the_cpu() {
+        use crate::ops::route::Routing;
+        let t = |v: &[f32], shape: &[usize]| Tensor::from_f32(v, shape, DType::F32).unwrap();
+        let routing = Routing {
+            ids: Tensor::from_slice(&[1u32, 0, 2, 1], &[2, 2]).unwrap(),
+            weights: t(&[0.25, 0.75, 0.5, 0.5], &[2, 2]),
+        };
+        let scale = t(&[2.0, 4.0, 0.5], &[3]);
+        for b in [Backend::CpuReference, Backend::CpuFast] {
+            let w = combine_weights_on(b, &routing, &scale).unwrap();
+            assert_eq!(w.to_f32_vec().unwrap(), [1.0, 1.5, 0.25, 2.0]);
+            // The routing itself keeps the router's weights.
+            assert_eq!(
+                routing.weights.to_f32_vec().unwrap(),
+                [0.25, 0.75, 0.5, 0.5]
+            );
+            let err = combine_weights_on(b, &routing, &t(&[1.0, 1.0], &[2]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("routing.ids") && err.contains("< 2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn scales_are_checked_and_make_the_ffn_not_plain() {
+        let mut f = ExpertFfn::default();
+        f.scale.down = Some(Tensor::from_f32(&[1.0; 4], &[4], DType::F32).unwrap());
+        // Down's scale leaves the gate/up epilogue plain.
+        assert!(!f.is_plain() && f.glu_is_plain());
+        assert!(f.check(4, 8, 6, Device::Cpu).is_ok());
+        f.scale.gate = Some(Tensor::from_f32(&[1.0; 6], &[6], DType::F32).unwrap());
+        assert!(!f.glu_is_plain());
+        let err = f.check(4, 8, 6, Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains("scale.gate") && err.contains("[4]"), "{err}");
+    }
+
+    #[test]
     fn bad_constants_and_bias_shapes_are_refused() {
         let bad = ExpertFfn {
             act: GluAct::SwiGluOai {
@@ -345,6 +496,7 @@ mod tests {
                 limit: -1.0,
             },
             bias: ExpertBiases::default(),
+            scale: ExpertScales::default(),
             input: ExpertInput::default(),
         };
         let err = bad.check(4, 8, 6, Device::Cpu).unwrap_err().to_string();

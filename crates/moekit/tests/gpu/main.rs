@@ -9,6 +9,7 @@
 
 mod common;
 mod decode;
+mod expert_scale;
 mod gather_mm;
 mod interop;
 mod moe;

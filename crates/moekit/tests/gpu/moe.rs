@@ -251,6 +251,11 @@ fn family_blocks_match_cpu_on_every_cuda_path() {
         (root.join("st/ernie4_5_moe_hf_bias"), 2),
         (root.join("gguf/hunyuan_moe_q8_0.gguf"), 0),
         (root.join("st/hunyuan_mlx_q4"), 1),
+        // Per-expert output scales (GGUF `.scale`, MLX nvfp4 `global_scale`).
+        (root.join("gguf/qwen2moe_nvfp4_scales.gguf"), 0),
+        (root.join("gguf/gpt_oss_scales_q8_0.gguf"), 0),
+        (root.join("st/qwen2_moe_mlx_nvfp4_gs"), 1),
+        (root.join("st/gpt_oss_mlx_nvfp4_gs"), 1),
     ];
     for (model, layer) in cases {
         let cpu = load::open(&model)

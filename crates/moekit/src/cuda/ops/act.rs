@@ -1,7 +1,8 @@
 //! `kernels/act.cu`: elementwise SwiGLU `silu(gate) · up` (the fused
 //! gate+up+SwiGLU projection is [`super::gather_mm::gather_glu`]), a
 //! bias row added to every row (the router's bias), and the
-//! routing-weighted expert biases added to a combined output (down's bias).
+//! routing-weighted expert biases added to a combined output (down's bias),
+//! and the combine weights with down's per-expert scale folded in.
 
 use super::{check_out, ctype, launch, u32_of, Geometry, FLOAT_DTYPES};
 use crate::cuda::jit::Source;
@@ -74,7 +75,23 @@ const _: () = assert!(std::mem::size_of::<WeightRowsParams>() == 48);
 // SAFETY: plain-old-data mirrored by the kernel's WeightRowsParams.
 unsafe impl cudarc::driver::DeviceRepr for WeightRowsParams {}
 
-/// Instances for the compile check: each kernel per activation dtype.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CombineWeightsParams {
+    ids: u64,
+    weights: u64,
+    scale: u64,
+    out: u64,
+    err: u64,
+    n: u32,
+    n_experts: u32,
+}
+const _: () = assert!(std::mem::size_of::<CombineWeightsParams>() == 48);
+// SAFETY: plain-old-data mirrored by the kernel's CombineWeightsParams.
+unsafe impl cudarc::driver::DeviceRepr for CombineWeightsParams {}
+
+/// Instances for the compile check: each kernel per activation dtype, and
+/// the f32-only `combine_weights`.
 pub fn instances() -> Vec<(&'static Source, String)> {
     FLOAT_DTYPES
         .iter()
@@ -83,7 +100,50 @@ pub fn instances() -> Vec<(&'static Source, String)> {
             ["swiglu", "row_bias", "routed_bias", "weight_rows"]
                 .map(|k| (&SRC, format!("moekit::{k}<{t}>")))
         })
+        .chain([(&SRC, "moekit::combine_weights".to_string())])
         .collect()
+}
+
+/// `weights[t, j] · scale[ids[t, j]]` into a new f32 `[T, k]` tensor (an id
+/// ≥ E is reported, its weight 0): `ids` u32 and `weights` f32 `[T, k]`,
+/// `scale` f32 `[E]`, all on one CUDA device
+/// ([`crate::ops::ffn::combine_weights_on`]).
+pub fn combine_weights(ids: &Tensor, weights: &Tensor, scale: &Tensor) -> Result<Tensor> {
+    const OP: &str = "combine_weights";
+    let wb = weights.cuda_bytes()?;
+    let dev = wb.device().clone();
+    let shape = weights.shape().to_vec();
+    ensure(
+        ids.dtype() == crate::DType::U32
+            && ids.shape() == shape
+            && ids.device() == weights.device(),
+        OP,
+        "ids",
+        format!("u32 {shape:?} on {}", weights.device()),
+        format!("{} {:?} on {}", ids.dtype(), ids.shape(), ids.device()),
+    )?;
+    check_f32(OP, "weights", weights, &shape, weights.device())?;
+    let n_e = scale.shape().first().copied().unwrap_or(0);
+    check_f32(OP, "scale", scale, &[n_e], weights.device())?;
+    let out = Tensor::uninit_on(crate::DType::F32, &shape, weights.device())?;
+    let n = weights.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    let p = CombineWeightsParams {
+        ids: ids.cuda_bytes()?.ptr(),
+        weights: wb.ptr(),
+        scale: scale.cuda_bytes()?.ptr(),
+        out: out.cuda_bytes()?.ptr(),
+        err: dev.error_word(),
+        n: u32_of(OP, "weights", n)?,
+        n_experts: u32_of(OP, "scale", n_e)?,
+    };
+    // SAFETY: ids, weights and out hold n elements, scale n_experts, on one
+    // device (checked); the kernel touches indices < n and reads scale only
+    // at ids < n_experts.
+    unsafe { launch(&dev, &SRC, "moekit::combine_weights", grid_stride(n), p, OP) }?;
+    Ok(out)
 }
 
 /// A grid-stride launch over `total` elements (at most [`MAX_BLOCKS`] blocks).

@@ -207,8 +207,9 @@ struct DecodeParams {
     router_x: u64,
     weight_in: u32,
     pad_wi: u32,
+    down_scale: u64,
 }
-const _: () = assert!(std::mem::size_of::<DecodeParams>() == 592);
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 616);
 
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
@@ -696,6 +697,7 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         },
         weight_in: p.ffn.input.weight_before as u32,
         pad_wi: 0,
+        down_scale: super::opt_ptr(&p.ffn.scale.down)?,
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;

@@ -66,7 +66,7 @@ struct GatherParams {
     pad: [u32; 2],
     glu: super::GluParams,
 }
-const _: () = assert!(std::mem::size_of::<GatherParams>() == 160);
+const _: () = assert!(std::mem::size_of::<GatherParams>() == 176);
 // SAFETY: plain-old-data mirrored by the kernel's GatherParams (and WeightSrc).
 unsafe impl cudarc::driver::DeviceRepr for GatherParams {}
 
@@ -410,8 +410,8 @@ pub fn gather_swiglu_into(
     gather_glu_into(x, w, experts, &ExpertFfn::default(), out)
 }
 
-/// [`gather_swiglu_into`] with `ffn`'s activation and gate/up biases.
-/// Gate and up of different formats take it only as plain SwiGLU.
+/// [`gather_swiglu_into`] with `ffn`'s activation and gate/up biases and
+/// scales. Gate and up of different formats take it only as plain SwiGLU.
 pub fn gather_glu_into(
     x: &Tensor,
     w: &GateUp,
@@ -427,11 +427,16 @@ pub fn gather_glu_into(
             check_weights(OP, x, up, "up")?;
             if !same_instance(gate, up) {
                 ensure(
-                    ffn.is_plain(),
+                    ffn.glu_is_plain(),
                     OP,
                     "ffn",
-                    "plain SwiGLU without biases when gate and up differ in format",
-                    format!("{:?} with biases: {}", ffn.act, ffn.has_bias()),
+                    "plain SwiGLU without gate/up biases or scales when gate and up differ in format",
+                    format!(
+                        "{:?} with biases: {}, scales: {}",
+                        ffn.act,
+                        ffn.has_bias(),
+                        ffn.scale.any()
+                    ),
                 )?;
                 return separate_swiglu(x, gate, up, experts, out);
             }

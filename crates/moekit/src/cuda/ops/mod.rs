@@ -84,34 +84,43 @@ pub(crate) fn opt_ptr(t: &Option<crate::tensor::Tensor>) -> Result<u64> {
     t.as_ref().map_or(Ok(0), |t| Ok(t.cuda_bytes()?.ptr()))
 }
 
-/// The experts' activation and gate/up biases as the kernels take them
-/// (`kernels/common.cuh` `GluParams`).
+/// The experts' activation, gate/up biases and gate/up per-expert scales as
+/// the kernels take them (`kernels/common.cuh` `GluParams`; down's scale is
+/// folded into the combine weights, `ops::ffn::combine_weights_on`).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub(crate) struct GluParams {
     gate_bias: u64,
     up_bias: u64,
+    gate_scale: u64,
+    up_scale: u64,
     kind: u32,
     alpha: f32,
     limit: f32,
     pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<GluParams>() == 32);
+const _: () = assert!(std::mem::size_of::<GluParams>() == 48);
 
 impl GluParams {
     /// Whether these need a kernel's GLU instance (anything but plain
-    /// SwiGLU without biases).
+    /// SwiGLU without biases or scales).
     pub(crate) fn general(&self) -> bool {
-        self.kind != 0 || self.gate_bias != 0 || self.up_bias != 0
+        self.kind != 0
+            || self.gate_bias != 0
+            || self.up_bias != 0
+            || self.gate_scale != 0
+            || self.up_scale != 0
     }
 
-    /// `ffn`'s activation and gate/up bias pointers (validated by the caller:
-    /// f32 `[E, I]` on the kernel's device).
+    /// `ffn`'s activation and gate/up bias and scale pointers (validated by
+    /// the caller: f32 `[E, I]` and `[E]` on the kernel's device).
     pub(crate) fn of(ffn: &crate::ops::ffn::ExpertFfn) -> Result<GluParams> {
         let (kind, alpha, limit) = ffn.act.kernel_args();
         Ok(GluParams {
             gate_bias: opt_ptr(&ffn.bias.gate)?,
             up_bias: opt_ptr(&ffn.bias.up)?,
+            gate_scale: opt_ptr(&ffn.scale.gate)?,
+            up_scale: opt_ptr(&ffn.scale.up)?,
             kind,
             alpha,
             limit,

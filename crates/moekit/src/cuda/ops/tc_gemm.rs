@@ -75,7 +75,7 @@ pub(crate) struct TcParams {
     p: u32,
     glu: GluParams,
 }
-const _: () = assert!(std::mem::size_of::<TcParams>() == 168);
+const _: () = assert!(std::mem::size_of::<TcParams>() == 184);
 // SAFETY: plain-old-data mirrored by the kernel's TcParams (and WeightSrc).
 unsafe impl cudarc::driver::DeviceRepr for TcParams {}
 

@@ -220,8 +220,8 @@ pub fn experts_into(
     run_experts(gate_up, down, &ExpertFfn::default(), x, routing, out)
 }
 
-/// [`experts_into`] with `ffn`'s activation and gate/up/down biases (its
-/// router bias is the caller's).
+/// [`experts_into`] with `ffn`'s activation, gate/up/down biases and
+/// per-expert scales (its router bias is the caller's).
 fn run_experts(
     gate_up: &GateUp,
     down: &QuantWeights,
@@ -267,13 +267,21 @@ fn run_experts(
         Kernel::RegA { .. } => tc_ra::matmul_into(&act, down, sorted_rows, &ys)?,
         Kernel::Staged => tc_gemm::matmul_into(&act, down, sorted_rows, &ys)?,
     }
+    // Down's per-expert scale rides on the combine weights (ops::ffn).
+    let scaled = ffn
+        .scale
+        .down
+        .as_ref()
+        .map(|s| crate::ops::ffn::combine_weights_on(Backend::Cuda, routing, s))
+        .transpose()?;
+    let weights = scaled.as_ref().unwrap_or(&routing.weights);
     let out = match out {
         Some(o) => {
             super::check_same_device(OP, o, x.cuda_bytes()?.device())?;
-            super::permute::unpermute_into(&ys, &sort, &routing.weights, o)?;
+            super::permute::unpermute_into(&ys, &sort, weights, o)?;
             o.clone()
         }
-        None => unpermute_on(Backend::Cuda, &ys, &sort, &routing.weights)?,
+        None => unpermute_on(Backend::Cuda, &ys, &sort, weights)?,
     };
     if let Some(b) = &ffn.bias.down {
         super::act::routed_bias_add(&out, &routing.ids, &routing.weights, b)?;

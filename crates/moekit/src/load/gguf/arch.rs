@@ -60,7 +60,7 @@
 use super::block::{layout, need, weights};
 use super::file::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
-use crate::ops::ffn::{ExpertBiases, ExpertFfn, ExpertInput, GluAct, InputNorm};
+use crate::ops::ffn::{ExpertBiases, ExpertFfn, ExpertInput, ExpertScales, GluAct, InputNorm};
 use crate::ops::route::{GroupMask, RouterConfig, RouterKind, Scoring};
 
 /// Whether this module has a rule for `arch` (for the family table's test).
@@ -581,9 +581,18 @@ pub(crate) fn describe_shared(
     )
 }
 
-/// Block `layer`'s experts' activation and biases: `blk.N.ffn_gate_inp.bias`
-/// `[E]` and `ffn_{gate,up,down}_exps.bias` (`[E, I]`, `[E, I]`, `[E, H]`)
-/// where the architecture has them (any float GGML type, read as f32).
+/// The per-expert output scales llama.cpp reads for every architecture
+/// (`llama-model.cpp`: `ffn_{gate,up,down}_exps.scale`, `{n_expert}`, not
+/// required), multiplied into each selected expert's matmul output by
+/// `build_lora_mm_id` (see [`crate::ops::ffn`]).
+pub(crate) const EXPERT_SCALES: [&str; 3] = ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"];
+
+/// Block `layer`'s experts' activation, biases and scales:
+/// `blk.N.ffn_gate_inp.bias` `[E]` and `ffn_{gate,up,down}_exps.bias`
+/// (`[E, I]`, `[E, I]`, `[E, H]`) where the architecture has them, and
+/// `ffn_{gate,up,down}_exps.scale` `[E]` where the file has them (any float
+/// GGML type, read as f32). Gemma-4's `ffn_down_exps.scale` is its router
+/// rule's per-expert scale ([`router_kind`]), not an expert scale.
 pub(crate) fn expert_ffn(
     file: &GgufFile,
     arch: &str,
@@ -593,12 +602,31 @@ pub(crate) fn expert_ffn(
     let mut ffn = ExpertFfn {
         act: fam.glu,
         bias: ExpertBiases::default(),
+        scale: ExpertScales::default(),
         input: expert_input(file, arch, fam, layer)?,
+    };
+    let (e, h, i, _) = layout(file, layer)?;
+    let scale = |stem: &str| -> Result<Option<crate::Tensor>> {
+        if fam.scale_tensors().contains(&stem) {
+            return Ok(None);
+        }
+        match file.tensor(&format!("blk.{layer}.{stem}.scale")) {
+            Some(t) => {
+                let v = vector(file, t, e)?;
+                Ok(Some(crate::Tensor::from_f32(&v, &[e], crate::DType::F32)?))
+            }
+            None => Ok(None),
+        }
+    };
+    let [g, u, d] = EXPERT_SCALES;
+    ffn.scale = ExpertScales {
+        gate: scale(g)?,
+        up: scale(u)?,
+        down: scale(d)?,
     };
     if !fam.linear_bias {
         return Ok(ffn);
     }
-    let (e, h, i, _) = layout(file, layer)?;
     let read = |stem: &str, rows: usize, cols: usize| -> Result<Option<crate::Tensor>> {
         let t = need(file, &format!("blk.{layer}.{stem}.bias"), layer)?;
         let v = weights(file, t, 1, rows, cols)?.dequantize_expert(0)?;

@@ -187,8 +187,11 @@ fn stacked(
 }
 
 /// Rejects per-layer expert tensors moekit would otherwise silently ignore:
-/// biases or scales beside the router and expert weights
-/// (`blk.L.ffn_up_exps.bias`, `blk.L.ffn_gate_inp.bias`, `blk.L.ffn_down_exps_s.weight`, …).
+/// biases or scales beside the router and expert weights that the block
+/// does not read (`blk.L.ffn_up_exps.bias` outside gpt-oss,
+/// `blk.L.ffn_gate_up_exps.scale`, `blk.L.ffn_down_exps_s.weight`, …).
+/// Every architecture reads `ffn_{gate,up,down}_exps.scale`
+/// ([`super::arch::EXPERT_SCALES`]).
 fn check_extras(file: &GgufFile, fam: &ArchRule, layer: usize) -> Result<()> {
     let prefix = format!("blk.{layer}.");
     const STEMS: [&str; 5] = [
@@ -206,7 +209,9 @@ fn check_extras(file: &GgufFile, fam: &ArchRule, layer: usize) -> Result<()> {
             rest.strip_prefix(stem).is_some_and(|tail| {
                 let known = tail == ".weight"
                     || (fam.linear_bias() && tail == ".bias")
-                    || (tail == ".scale" && fam.scale_tensors().contains(stem));
+                    || (tail == ".scale"
+                        && (fam.scale_tensors().contains(stem)
+                            || super::arch::EXPERT_SCALES.contains(stem)));
                 (tail.starts_with('.') && !known) || tail.starts_with("_s.")
             })
         });

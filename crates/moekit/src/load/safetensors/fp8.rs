@@ -123,6 +123,7 @@ pub(super) fn part(
             cols,
             group,
         }),
+        global_scale: None,
     }))
 }
 

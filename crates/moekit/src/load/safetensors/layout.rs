@@ -27,7 +27,10 @@
 //! mxfp8: `.scales` only) when the config or a `.scales` tensor says so
 //! (see `quant`); a Hugging Face module is FP8 block-scaled when its
 //! `.weight_scale_inv` exists (see `fp8`); every shape is checked against the
-//! sizes in `config.json`.
+//! sizes in `config.json`. mlx-lm's stacked nvfp4 experts may carry a
+//! per-expert `.global_scale` `[E]` (`quantize_model(..., global_scale=True)`),
+//! read as the experts' output scale (`expert_scale`); anywhere else one is
+//! refused.
 
 use super::config::ModelConfig;
 use super::fp8::{self, Fp8Part};
@@ -38,7 +41,7 @@ use crate::error::{invalid, unsupported, Result};
 use crate::format::{storage_shapes, QuantWeights, WeightFormat};
 use crate::moe::{MoeBlock, MoeBlockParts, SharedExpert};
 use crate::ops::act::GateUp;
-use crate::ops::ffn::{ExpertBiases, ExpertFfn, ExpertInput, InputNorm};
+use crate::ops::ffn::{ExpertBiases, ExpertFfn, ExpertInput, ExpertScales, InputNorm};
 use crate::ops::route::{RouterConfig, RouterKind};
 use crate::tensor::{Bytes, Tensor};
 use std::cell::Cell;
@@ -73,6 +76,9 @@ pub(super) struct Part {
     pub specs: Vec<(DType, Vec<usize>)>,
     /// FP8 block scales: how to expand them.
     pub fp8: Option<Fp8Part>,
+    /// nvfp4's per-expert tensor scale `{module}.global_scale` (`[E]`,
+    /// mlx-lm's `QuantizedSwitchLinear`), if the module has one.
+    pub global_scale: Option<String>,
 }
 
 /// Resolves module `module` (`rows × cols`, with a leading expert axis of
@@ -125,18 +131,27 @@ fn part(
     };
     let mut names = vec![wname];
     let mut specs = vec![(dt, strip(dshape))];
-    if let Some(s) = sshape.map(strip) {
-        let (sd, _) = ck.info(&sname)?;
-        let gname = format!("{module}.global_scale");
-        if ck.get(&gname).is_some() {
+    let gname = format!("{module}.global_scale");
+    let global_scale = match (ck.get(&gname).is_some(), lead, format) {
+        (false, ..) => None,
+        (true, Some(_), WeightFormat::MlxFp(crate::format::MlxFpMode::Nvfp4)) => Some(gname),
+        (true, lead, format) => {
+            let why = if lead.is_none() {
+                "only stacked expert projections (mlx-lm's QuantizedSwitchLinear) take one"
+            } else {
+                "a global scale needs nvfp4 weights (mlx-lm's _quantize_experts refuses other modes)"
+            };
             return Err(unsupported(
                 OP,
                 format!(
-                    "{}: `{gname}` (an nvfp4 tensor scale; moekit reads nvfp4 without one)",
+                    "{}: `{gname}` beside {format} weights: {why}",
                     ck.file_of(&gname).display()
                 ),
             ));
         }
+    };
+    if let Some(s) = sshape.map(strip) {
+        let (sd, _) = ck.info(&sname)?;
         let mut aux = vec![sname];
         if format.has_biases() {
             aux.push(format!("{module}.biases"));
@@ -169,7 +184,39 @@ fn part(
         names,
         specs,
         fp8: None,
+        global_scale,
     })
+}
+
+/// The per-expert output scale of stacked expert module `p`, from its
+/// nvfp4 `global_scale` `gs` (`[E]` f32): `gs[e] / (448 · 6)` in f32, the
+/// factor MLX's nvfp4 kernels compute (`inv_scale_enc = *global_scale /
+/// (F8E4M3_MAX * F4E2M1_MAX)` in `fp_quantized.h`) and multiply into each
+/// group scale (matmul) or into the dot product (matvec) — the same
+/// product as scaling the matmul's output ([`crate::ops::ffn`]).
+fn expert_scale(ck: &SafetensorsCheckpoint, p: &Part) -> Result<Option<Tensor>> {
+    let Some(name) = &p.global_scale else {
+        return Ok(None);
+    };
+    let e = ck.cfg.n_experts;
+    let (d, shape) = ck.info(name)?;
+    if d != DType::F32 || shape != [e] {
+        return Err(ck.bad(
+            name,
+            format!(
+                "{d} {shape:?}, expected f32 [{e}] (`{}` = {e} in config.json)",
+                ck.cfg.keys.experts
+            ),
+        ));
+    }
+    const ENCODE_MAX: f32 = 448.0 * 6.0; // e4m3 max × e2m1 max
+    let v: Vec<f32> = ck
+        .load(name)?
+        .to_f32_vec()?
+        .into_iter()
+        .map(|g| g / ENCODE_MAX)
+        .collect();
+    Tensor::from_f32(&v, &[e], DType::F32).map(Some)
 }
 
 /// The `config.json` keys a module's rows and columns come from.
@@ -554,22 +601,28 @@ pub(super) fn build(
     let ih = keys(ks.intermediate, "hidden_size");
     let hi = keys("hidden_size", ks.intermediate);
     let dim_keys = [&ih, &ih, &hi];
+    // nvfp4's per-expert global scales of the stacked experts (mlx-lm).
+    let mut scale = ExpertScales::default();
     let (gate_up, down) = match experts {
         Experts::Stacked => {
             let mut w = Vec::with_capacity(3);
+            let mut s = Vec::with_capacity(3);
             let names = ["gate_proj", "up_proj", "down_proj"];
             for ((name, (rows, cols)), k) in names.iter().zip(dims).zip(dim_keys) {
                 let module = format!("{p}.{}.{name}", c.names.stacked);
-                w.push(weights(
-                    ck,
-                    &part(ck, &module, Some(e), rows, cols, k)?,
-                    e,
-                    rows,
-                    cols,
-                )?);
+                let part = part(ck, &module, Some(e), rows, cols, k)?;
+                w.push(weights(ck, &part, e, rows, cols)?);
+                s.push(expert_scale(ck, &part)?);
                 tick();
             }
             let [gate, up, down] = to3(w)?;
+            if let [g, u, d] = &mut s[..] {
+                scale = ExpertScales {
+                    gate: g.take(),
+                    up: u.take(),
+                    down: d.take(),
+                };
+            }
             (GateUp::separate(gate, up)?, down)
         }
         Experts::Fused(gu, dn) => {
@@ -691,6 +744,7 @@ pub(super) fn build(
         } else {
             ExpertBiases::default()
         },
+        scale,
         input,
     };
     MoeBlock::new(MoeBlockParts {

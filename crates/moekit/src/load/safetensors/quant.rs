@@ -12,7 +12,8 @@
 //! `<path>.scales` exists, with group size and bits inferred from the shapes
 //! (`group_size = in / scales.shape[-1]`, `bits = weight.shape[-1] · 32 / in`,
 //! mlx-lm's `infer_quant_config`). Modes: `affine`, and MLX's microscaled
-//! `mxfp4`, `nvfp4` (without a `global_scale`) and `mxfp8`, whose bits and
+//! `mxfp4`, `nvfp4` (a stacked expert module's `global_scale` is read by
+//! `layout.rs` as the experts' output scale) and `mxfp8`, whose bits and
 //! group size must be the mode's (4/32, 4/16, 8/32).
 //!
 //! Hugging Face FP8 block-scaled checkpoints (DeepSeek-V3 / R1, Kimi-K2,
