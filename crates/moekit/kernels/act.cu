@@ -114,6 +114,7 @@ static_assert(sizeof(CombineWeightsParams) == 48, "CombineWeightsParams layout")
 // out[s] = weights[s] · scale[ids[s]] (src/ops/ffn.rs combine_weights_on);
 // an id ≥ E is reported and its weight set to 0. Grid-stride.
 __global__ void combine_weights(const __grid_constant__ CombineWeightsParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
   const u32 stride = gridDim.x * blockDim.x;
   for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
     const u32 e = p.ids[i];

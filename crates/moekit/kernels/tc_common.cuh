@@ -30,6 +30,11 @@ struct TcParams {
 };
 static_assert(sizeof(TcParams) == 184, "TcParams layout");
 
+// TcParams::p flag (tc_gemm, dense weights of the activation type, P = 1 or
+// 3): K split into gridDim.z ranges of whole steps, block z's partial
+// products stored as f32 at out + z·M·N (tc_sum_parts adds them in z order).
+constexpr u32 TC_PARTS = 1u << 16;
+
 constexpr int TC_STAGERS = 256;   // threads that stage a tile: two a weight row
 constexpr int TC_BROWS = 128;     // weight rows of a tile (P · BN)
 constexpr int TC_BK = 64;         // K columns a step
@@ -111,12 +116,37 @@ struct TcTile {
 // activation and biases) or as a sum. The instances without GLU hold none
 // of its code: inlined beside SwiGLU it took the 128-row tc_ra instances
 // from 182 to 192 registers and qwen3 T = 4096 from 1.09 to 1.14 ms (H200).
-template <typename T, int P, int BM, bool GLU, typename ColAt>
+// PARTS: the instance may run with TC_PARTS (tc_gemm's dense single-expert
+// GEMMs), whose f32 partial products it then stores instead.
+template <typename T, int P, int BM, bool GLU, bool PARTS = false, typename ColAt>
 __device__ __forceinline__ void wg_store(const TcParams& p, const TcTile& tile, u32 n0, const float (&wacc)[BM / 2],
                                          const ColAt& col_at) {
   T* out = static_cast<T*>(p.out);
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3u;
   const u32 R = warp * 16 + g;
+  if constexpr (PARTS && (P == 1 || P == 3)) {
+    if ((p.p & TC_PARTS) != 0) {
+      // K part blockIdx.z's f32 partial products (hi and lo summed: P = 3).
+      float* part = static_cast<float*>(p.out) + (u64)blockIdx.z * p.m * p.n;
+      const u32 n = P == 1 ? n0 + R : n0 + ((R >> 4) << 3) + (R & 7);
+#pragma unroll
+      for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const u32 r = 8 * j + 2 * t4 + c;
+          if (r >= tile.rows) continue;
+          float* orow = part + (u64)(tile.row0 + r) * p.n;
+          if constexpr (P == 1) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              if (n + 8 * h < p.n) orow[n + 8 * h] = wacc[4 * j + 2 * h + c];
+          } else {
+            if (n < p.n) orow[n] = wacc[4 * j + c] + wacc[4 * j + 2 + c];
+          }
+        }
+      return;
+    }
+  }
   if constexpr (P == 1) {
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j)

@@ -46,7 +46,9 @@
 //     overlaps the tensor cores.
 // Every output element is a sum over k in the same order (k16 steps from
 // k = 0) whatever the tile size, the batch or the row's position: results
-// are deterministic and batch-invariant, and no split-K is used.
+// are deterministic and batch-invariant. The one split of K (TC_PARTS, the
+// router's dense single-expert GEMM) depends on K alone: each part sums its
+// steps in order, tc_sum_parts the parts in order.
 //
 // The shared pieces (parameters, raw row layout, tile search, the staging
 // threads' copies and slices) are in tc_common.cuh.
@@ -131,7 +133,10 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   {
     u32 dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < (u32)G::SMEM || p.p != (u32)P) {
+    // K parts only for weights copied straight into B (no raw stages, whose
+    // steps a part boundary could split).
+    const bool parts_ok = (p.p & TC_PARTS) == 0 || (G::DIRECT && (P == 1 || P == 3));
+    if (dyn < (u32)G::SMEM || (p.p & ~TC_PARTS) != (u32)P || !parts_ok) {
       if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) report(p.err, ERR_CONFIG);
       return;
     }
@@ -154,6 +159,18 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   // of each step (its "slice"), so its row's addresses are computed once.
   TcStager<F, T, P, BM, typename G::R> st;
   st.init(p, tile, n0, tid);
+  // The block's steps j0 .. n_steps − 1: all of K, or its part blockIdx.z of
+  // gridDim.z (TC_PARTS: ⌈steps / parts⌉ steps a part, from K alone).
+  // Only instances that can take parts carry their code (the others keep
+  // j0 = 0 a constant: the staged quantized kernels measured 5% slower with
+  // it, gpt-oss-20b T = 512).
+  constexpr bool CAN_PART = G::DIRECT && (P == 1 || P == 3);
+  u32 j0 = 0;
+  if (CAN_PART && (p.p & TC_PARTS) != 0) {
+    const u32 per = (st.n_steps + gridDim.z - 1) / gridDim.z;
+    j0 = min(st.n_steps, blockIdx.z * per);
+    st.n_steps = min(st.n_steps, j0 + per);
+  }
   const u32 n_steps = st.n_steps;
   u8* const my_raw = raw_sm + st.r * G::PITCH;
   __shared__ const u8* wrow[G::DIRECT ? TC_BROWS : 1];  // direct: each weight row (null: past N)
@@ -212,19 +229,19 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
 
   // Prologue: groups 0 .. S-2 (with LEAD = 1 group 0 also takes step 0's raw
   // stage), then the first decode.
-  if constexpr (!G::DIRECT && G::LEAD == 1) issue_raw(0);
+  if constexpr (!G::DIRECT && G::LEAD == 1) issue_raw(j0);
 #pragma unroll
   for (int j = 0; j < G::S - 1; ++j) {
-    issue(j);
+    issue(j0 + j);
     cp_async_commit();
   }
   cp_async_wait<G::S - 2>();
   __syncthreads();
   if constexpr (!G::DIRECT) {
     Dec d;
-    d.load(slice(0));
+    d.load(slice(j0));
 #pragma unroll
-    for (int u = 0; u < 4; ++u) put(0, u, d.unit(u));
+    for (int u = 0; u < 4; ++u) put(j0, u, d.unit(u));
   }
 
   // Step ks: group ks (A tile ks, and B stage ks or raw stage ks + 1) has
@@ -246,7 +263,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
     // Stage bases (shared addresses) of the descriptors, computed once.
     const u32 b_base = pin(smem_addr(b_sm) + wg * 64 * 128), a_base = pin(smem_addr(a_sm));
 #pragma unroll 4
-    for (u32 ks = 0; ks < n_steps; ++ks) {
+    for (u32 ks = j0; ks < n_steps; ++ks) {
       cp_async_wait<G::WAIT>();
       fence_async_smem();
       __syncthreads();
@@ -274,7 +291,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
 #endif
   } else {
 #pragma unroll 4
-    for (u32 ks = 0; ks < n_steps; ++ks) {
+    for (u32 ks = j0; ks < n_steps; ++ks) {
       cp_async_wait<G::WAIT>();
       __syncthreads();
       issue(ks + G::S - 1);
@@ -308,11 +325,14 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   }
   cp_async_wait<0>();
 
-  // Epilogue: c0, c1 at (row g, cols 2t, 2t+1), c2, c3 at row g + 8.
+  // Epilogue: c0, c1 at (row g, cols 2t, 2t+1), c2, c3 at row g + 8; with
+  // TC_PARTS f32 partial products at out + blockIdx.z·M·N instead.
   T* out = static_cast<T*>(p.out);
+  float* const part =
+      CAN_PART && (p.p & TC_PARTS) != 0 ? static_cast<float*>(p.out) + (u64)blockIdx.z * p.m * p.n : nullptr;
   const u32 g = lane >> 2, t4 = lane & 3;
   if constexpr (WG) {
-    wg_store<T, P, BM, GLU>(p, tile, n0, wacc, [](u32 n) { return n; });
+    wg_store<T, P, BM, GLU, CAN_PART>(p, tile, n0, wacc, [](u32 n) { return n; });
   } else {
     constexpr u32 per = G::NJ / HALVES;
 #pragma unroll
@@ -335,10 +355,32 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
             if constexpr (P == 2 && !GLU) y = silu(y) * acc[i][j + per][2 * h + c];
             if constexpr (GLU) y = glu(p.glu, y, acc[i][j + per][2 * h + c], tile.e, (u64)tile.e * p.n + n + c);
             if constexpr (P == 3) y += acc[i][j + per][2 * h + c];
-            orow[n + c] = from_f32<T>(y);
+            if (part != nullptr) part[(u64)(tile.row0 + r) * p.n + n + c] = y;
+            else orow[n + c] = from_f32<T>(y);
           }
         }
       }
+  }
+}
+
+// out[i] = T(Σ_z parts[z·n + i]) for i < n, z = 0 .. count − 1 in order:
+// the K parts of a TC_PARTS GEMM summed (tc_gemm.rs `sum_parts_into`).
+struct TcSumParams {
+  const float* parts;  // [count, n]
+  void* out;           // [n] of T
+  u64 n;
+  u32 count, pad;
+};
+static_assert(sizeof(TcSumParams) == 32, "TcSumParams layout");
+
+template <typename T>
+__global__ void tc_sum_parts(const __grid_constant__ TcSumParams p) {
+  pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
+    float s = 0.f;
+    for (u32 z = 0; z < p.count; ++z) s += p.parts[(u64)z * p.n + i];
+    static_cast<T*>(p.out)[i] = from_f32<T>(s);
   }
 }
 

@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
   {
     u32 dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < (u32)G::SMEM || (p.p & 0xFFu) != (u32)P || p.k % RA_SPAN != 0) {
+    if (dyn < (u32)G::SMEM || (p.p & 0xFFu) != (u32)P || (p.p & TC_PARTS) != 0 || p.k % RA_SPAN != 0) {
       if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) report(p.err, ERR_CONFIG);
       return;
     }

@@ -62,6 +62,7 @@ pub mod cuda {
         pub use crate::cuda::ops::tc_gemm::{
             glu_into, matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
         };
+        pub use crate::cuda::ops::tc_parts::{k_parts, sum_parts_into};
     }
     /// `kernels/tc_ra.cu`.
     pub mod tc_ra {

@@ -133,9 +133,13 @@ fn glu_epilogues_apply_gate_and_up_scales() {
                     .unwrap()
                     .to_f32_vec()
                     .unwrap();
+                // The scales move the output by far more than the bound the
+                // kernels are held to (gpt-oss's clamps and biases damp them
+                // to an NMSE of about 1e-2: 100× the bf16 bound).
+                let moved = nmse(&plain, &want);
                 assert!(
-                    nmse(&plain, &want) > 1e-2,
-                    "{what}: the scales change little"
+                    moved > 20.0 * bound(dt),
+                    "{what}: the scales change little ({moved:e})"
                 );
                 let gu_gpu = gate_up_on_gpu(&gu);
                 let off = sort.offsets.to_device(gpu()).unwrap();
@@ -163,7 +167,15 @@ fn glu_epilogues_apply_gate_and_up_scales() {
                 let out = poisoned(&[m, I], dt);
                 tc_glu_into(&x_gpu, &gu_gpu, gathered, &ffn_gpu, &out).unwrap();
                 check("tc_gemm", &out);
-                // The register-operand GEMM, where it takes the format.
+                // The register-operand GEMM, where it takes the format at
+                // this tile (NVFP4 up to 64 rows: T = 333's 83 rows an
+                // expert take 128).
+                let bm = tc_ra::tile_rows(m, E, I.div_ceil(64), f);
+                let ra = ra.and_then(|()| {
+                    (bm <= tc_ra::max_tile(f))
+                        .then_some(())
+                        .ok_or_else(|| format!("{bm}-row tiles"))
+                });
                 match ra {
                     Ok(()) => {
                         let xp = poisoned(&[t, H], dt);

@@ -26,7 +26,7 @@ use moekit::ops::permute::permute_on;
 use moekit::ops::route::{RouterConfig, RouterKind};
 use moekit::ops::sort::ExpertSort;
 use moekit::testing::cuda::tc_gemm::{
-    matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
+    k_parts, matmul_into, split_matmul_into, sum_parts_into, swiglu_into, tile_rows, TcRows,
 };
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
 
@@ -277,6 +277,101 @@ fn single_expert_and_f32_split() {
             }
         }
     }
+}
+
+/// The router's GEMM with K in parts (`TcRows::Parts`, `k_parts` from K
+/// alone): dense f32 weights as hi/lo halves and dense weights of T, K of
+/// 4, 5 and 1 parts with a short last part (K = 2112: 33 steps in parts of
+/// 9) and K not a multiple of the 64-column step. The parts' f32 partial
+/// products cover every output (poisoned buffers), their sum in part order
+/// rounded once to T is the summing kernel's output bit for bit, the
+/// result matches the CPU, and a token's logits are the same bits alone, in
+/// 17 tokens and in 300 (16-, 32- and 128-row tiles). Parts 0 and 9, and
+/// quantized weights, are refused.
+#[test]
+fn router_k_parts_match_cpu_sum_in_order_and_are_batch_invariant() {
+    assert_eq!(
+        [2048, 2880, 2112, 72, 4096, 14336].map(k_parts),
+        [4, 5, 4, 1, 8, 8]
+    );
+    for (n, k) in [(128, 2048), (33, 2880), (64, 2112), (8, 72), (20, 520)] {
+        let parts = k_parts(k).max(2);
+        for dt in [DType::Bf16, DType::F16] {
+            let x = random(&[300, k], dt, 5 + k as u64);
+            for f in [WeightFormat::Dense(DType::F32), WeightFormat::Dense(dt)] {
+                let w = weights(f, 1, n, k, DType::F16, 7);
+                let wg = w.to_device(gpu()).unwrap();
+                let want = gather_mm_on(Backend::CpuReference, &x, &w, RowExperts::Single)
+                    .unwrap()
+                    .to_f32_vec()
+                    .unwrap();
+                let run = |t: usize| {
+                    let xt = Tensor::from_f32(&host_f32(&x)[..t * k], &[t, k], dt)
+                        .unwrap()
+                        .to_device(gpu())
+                        .unwrap();
+                    let ws = poisoned(&[parts * t, n], DType::F32);
+                    if f == WeightFormat::Dense(DType::F32) {
+                        split_matmul_into(&xt, &wg, TcRows::Parts(parts), &ws).unwrap();
+                    } else {
+                        matmul_into(&xt, &wg, TcRows::Parts(parts), &ws).unwrap();
+                    }
+                    let out = poisoned(&[t, n], dt);
+                    sum_parts_into(&ws, &out).unwrap();
+                    (host_f32(&ws), host_f32(&out))
+                };
+                let (ws, out) = run(300);
+                let what = format!("{f} {dt} n {n} k {k} parts {parts}");
+                assert!(
+                    ws.iter().all(|v| v.is_finite()),
+                    "{what}: unwritten partials"
+                );
+                let sums: Vec<f32> = (0..300 * n)
+                    .map(|i| (0..parts).fold(0f32, |s, z| s + ws[z * 300 * n + i]))
+                    .collect();
+                let rounded = Tensor::from_f32(&sums, &[300, n], dt)
+                    .unwrap()
+                    .to_f32_vec()
+                    .unwrap();
+                assert!(
+                    rounded
+                        .iter()
+                        .zip(&out)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{what}: the parts' sum in order"
+                );
+                let err = nmse(&out, &want);
+                assert!(err <= bound(dt), "{what}: {err:e}");
+                for t in [1, 17] {
+                    let (_, o) = run(t);
+                    let same = o.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{what}: T = {t} differs from the same tokens in 300");
+                }
+            }
+        }
+    }
+    let x = random(&[4, 512], DType::Bf16, 1).to_device(gpu()).unwrap();
+    let w = weights(WeightFormat::Dense(DType::Bf16), 1, 16, 512, DType::F16, 2)
+        .to_device(gpu())
+        .unwrap();
+    for z in [0, 9] {
+        let ws = poisoned(&[4 * z.max(1), 16], DType::F32);
+        let e = matmul_into(&x, &w, TcRows::Parts(z), &ws).unwrap_err();
+        assert!(e.to_string().contains("parts"), "{e}");
+    }
+    let q = weights(
+        WeightFormat::Ggml(GgmlType::Q8_0),
+        1,
+        16,
+        512,
+        DType::F16,
+        3,
+    )
+    .to_device(gpu())
+    .unwrap();
+    let ws = poisoned(&[8, 16], DType::F32);
+    let e = matmul_into(&x, &q, TcRows::Parts(2), &ws).unwrap_err();
+    assert!(e.to_string().contains("dense"), "{e}");
 }
 
 /// The tile decoders give the reference's weights rounded once to T, bit

@@ -17,6 +17,7 @@ pub mod sort;
 pub mod split;
 pub mod tc_gemm;
 pub mod tc_moe;
+pub mod tc_parts;
 pub mod tc_ra;
 
 use super::jit::Source;

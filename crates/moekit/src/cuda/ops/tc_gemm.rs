@@ -18,6 +18,7 @@
 use super::gather_mm::{
     all_format_types, format_type, group_shift, same_instance, weight_src, WeightSrc,
 };
+use super::tc_parts::{MAX_PARTS, PARTS};
 use super::GluParams;
 use super::{check_out, ctype, launch, u32_of, Geometry};
 use crate::cuda::jit::Source;
@@ -39,7 +40,7 @@ pub const TILE_ROWS: [usize; 5] = [16, 32, 64, 128, 256];
 /// Weight rows of a tile (`TC_BROWS`): 128 output columns, or 64 with SwiGLU.
 const BROWS: usize = 128;
 /// K columns a pipeline step (`TC_BK`).
-const BK: usize = 64;
+pub(crate) const BK: usize = 64;
 /// A-tile stages (`TcStages`): 4 for tiles of < 64 rows, else 3.
 fn stages(bm: usize) -> usize {
     if bm >= 64 {
@@ -84,6 +85,12 @@ unsafe impl cudarc::driver::DeviceRepr for TcParams {}
 pub enum TcRows<'a> {
     /// Every row of x uses expert 0 (a plain matmul: router, shared expert).
     Single,
+    /// As `Single`, with K split into this many ranges of whole steps
+    /// ([`super::tc_parts::k_parts`]): `out` is `f32 [parts · M, N]`, part z's partial
+    /// products at rows z·M.., which [`super::tc_parts::sum_parts_into`] adds in part order.
+    /// For dense weights of the activation type (copied straight into the
+    /// tiles) and P = 1 or 3 (the router).
+    Parts(usize),
     /// x is expert-sorted: expert `e` owns rows `offsets[e]..offsets[e+1]`
     /// (`u32 [E + 1]`).
     Sorted(&'a Tensor),
@@ -363,6 +370,9 @@ pub fn instances() -> Vec<(&'static Source, String)> {
             }
         }
     }
+    for t in ["__half", "__nv_bfloat16"] {
+        names.insert(format!("moekit::tc_sum_parts<{t}>"));
+    }
     names.into_iter().map(|e| (&SRC, e)).collect()
 }
 
@@ -455,9 +465,31 @@ pub(crate) fn run_kernel(
     )?;
     let x_rows = x.shape()[0];
     let e = w.n_experts();
+    let mut parts = 1;
     let (m, gather, div, offsets) = match rows {
         TcRows::Single => {
             crate::ops::gather_mm::check_single(op, e)?;
+            (x_rows, 0, 1, 0)
+        }
+        TcRows::Parts(z) => {
+            crate::ops::gather_mm::check_single(op, e)?;
+            ensure(
+                (1..=MAX_PARTS).contains(&z),
+                op,
+                "parts",
+                format!("1..={MAX_PARTS}"),
+                z,
+            )?;
+            ensure(
+                kernel == Kernel::Staged
+                    && matches!(p_sources, 1 | 3)
+                    && w.format() == WeightFormat::Dense(x.dtype()),
+                op,
+                "weights",
+                "dense weights of the activation type, one source or hi/lo (K parts)",
+                format!("{} with P = {p_sources}", w.format()),
+            )?;
+            parts = z;
             (x_rows, 0, 1, 0)
         }
         TcRows::Sorted(off) => (x_rows, 0, 1, check_index(op, "offsets", off, x, e + 1)?),
@@ -476,7 +508,11 @@ pub(crate) fn run_kernel(
             )
         }
     };
-    check_out(op, out, x.dtype(), &[m, n])?;
+    if matches!(rows, TcRows::Parts(_)) {
+        check_out(op, out, DType::F32, &[parts * m, n])?;
+    } else {
+        check_out(op, out, x.dtype(), &[m, n])?;
+    }
     let bn = if p_sources == 1 { BROWS } else { BROWS / 2 };
     let (bm, smem, source, name, flags) = match kernel {
         Kernel::Staged => {
@@ -548,16 +584,17 @@ pub(crate) fn run_kernel(
         x_rows: u32_of(op, "x rows", x_rows)?,
         gather_div: u32_of(op, "top_k", div)?,
         group_shift: group_shift(w.format()),
-        p: p_sources as u32 | flags,
+        p: p_sources as u32 | flags | if parts > 1 { PARTS } else { 0 },
         glu,
     };
     let geo = Geometry {
-        grid: (gx as u32, gy as u32, 1),
+        grid: (gx as u32, gy as u32, parts as u32),
         block: (THREADS, 1, 1),
         shared: smem as u32,
     };
     // SAFETY: x is a device [x_rows, K] tensor of T (f16/bf16) and out a
-    // device [m, n] tensor of T (checked); each source is a validated
+    // device [m, n] tensor of T, or with K parts an f32 [parts·m, n] one
+    // (block z writes rows z·m .. z·m + m − 1 only) (checked); each source is a validated
     // QuantWeights of format F on this device, 16-byte aligned (weight_src),
     // whose rows row_offset + c for c < n ≤ rows − row_offset the kernel reads
     // for experts e < n_experts only (tiles come from offsets checked in the

@@ -156,16 +156,34 @@ fn router_logits(w: &QuantWeights, x: &Tensor) -> Result<Tensor> {
     // graph ms, tensor-core path, router on CUDA cores vs tensor cores:
     // affine4 T = 1 0.088 vs 0.074, T = 8 0.215 vs 0.163, T = 32 0.339 vs
     // 0.292, T = 48 0.365 vs 0.315; bf16 T = 32 0.483 vs 0.430).
-    if tc_gemm::supports(x.dtype(), w, smem).is_ok() {
+    //
+    // K is split into parts summed in a fixed order (tc_gemm::k_parts, from
+    // K alone: batch-invariant), so the router's few tiles spread over more
+    // blocks than T/16 × 2 (H200, qwen3-30b-a3b T = 64: one tile walked 32
+    // steps on 8 blocks, 13 µs).
+    let dense = [DType::F32, x.dtype()].map(WeightFormat::Dense);
+    if tc_gemm::supports(x.dtype(), w, smem).is_ok() && dense.contains(&w.format()) {
         let out = Tensor::uninit_on(x.dtype(), &[t, w.rows()], x.device())?;
+        let parts = super::tc_parts::k_parts(w.cols());
+        let rows = if parts > 1 {
+            TcRows::Parts(parts)
+        } else {
+            TcRows::Single
+        };
+        let dst = if parts > 1 {
+            Tensor::uninit_on(DType::F32, &[parts * t, w.rows()], x.device())?
+        } else {
+            out.clone()
+        };
         if w.format() == WeightFormat::Dense(DType::F32) {
-            tc_gemm::split_matmul_into(x, w, TcRows::Single, &out)?;
-            return Ok(out);
+            tc_gemm::split_matmul_into(x, w, rows, &dst)?;
+        } else {
+            tc_gemm::matmul_into(x, w, rows, &dst)?;
         }
-        if w.format() == WeightFormat::Dense(x.dtype()) {
-            tc_gemm::matmul_into(x, w, TcRows::Single, &out)?;
-            return Ok(out);
+        if parts > 1 {
+            super::tc_parts::sum_parts_into(&dst, &out)?;
         }
+        return Ok(out);
     }
     qmm_on(Backend::Cuda, x, w)
 }
