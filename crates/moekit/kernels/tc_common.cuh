@@ -124,54 +124,51 @@ __device__ __forceinline__ void wg_store(const TcParams& p, const TcTile& tile, 
   T* out = static_cast<T*>(p.out);
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3u;
   const u32 R = warp * 16 + g;
-  if constexpr (PARTS && (P == 1 || P == 3)) {
-    if ((p.p & TC_PARTS) != 0) {
-      // K part blockIdx.z's f32 partial products (hi and lo summed: P = 3).
-      float* part = static_cast<float*>(p.out) + (u64)blockIdx.z * p.m * p.n;
-      const u32 n = P == 1 ? n0 + R : n0 + ((R >> 4) << 3) + (R & 7);
-#pragma unroll
-      for (int j = 0; j < BM / 8; ++j)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const u32 r = 8 * j + 2 * t4 + c;
-          if (r >= tile.rows) continue;
-          float* orow = part + (u64)(tile.row0 + r) * p.n;
-          if constexpr (P == 1) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              if (n + 8 * h < p.n) orow[n + 8 * h] = wacc[4 * j + 2 * h + c];
-          } else {
-            if (n < p.n) orow[n] = wacc[4 * j + c] + wacc[4 * j + 2 + c];
-          }
-        }
-      return;
-    }
-  }
-  if constexpr (P == 1) {
+  // f(r, j, c) for each tile row r = 8j + 2·(lane % 4) + c of this thread
+  // that lies inside the tile.
+  auto each_row = [&](auto f) {
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const u32 r = 8 * j + 2 * t4 + c;
-        if (r >= tile.rows) continue;
-        T* orow = out + (u64)(tile.row0 + r) * p.n;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (n0 + R + 8 * h < p.n) orow[col_at(n0 + R + 8 * h)] = from_f32<T>(wacc[4 * j + 2 * h + c]);
+        if (r < tile.rows) f(r, j, c);
       }
+  };
+  if constexpr (PARTS && (P == 1 || P == 3)) {
+    if ((p.p & TC_PARTS) != 0) {
+      // K part blockIdx.z's f32 partial products (hi and lo summed: P = 3).
+      float* part = static_cast<float*>(p.out) + (u64)blockIdx.z * p.m * p.n;
+      const u32 n = P == 1 ? n0 + R : n0 + ((R >> 4) << 3) + (R & 7);
+      each_row([&](u32 r, int j, int c) {
+        float* orow = part + (u64)(tile.row0 + r) * p.n;
+        if constexpr (P == 1) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (n + 8 * h < p.n) orow[n + 8 * h] = wacc[4 * j + 2 * h + c];
+        } else {
+          if (n < p.n) orow[n] = wacc[4 * j + c] + wacc[4 * j + 2 + c];
+        }
+      });
+      return;
+    }
+  }
+  if constexpr (P == 1) {
+    each_row([&](u32 r, int j, int c) {
+      T* orow = out + (u64)(tile.row0 + r) * p.n;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (n0 + R + 8 * h < p.n) orow[col_at(n0 + R + 8 * h)] = from_f32<T>(wacc[4 * j + 2 * h + c]);
+    });
   } else {
     // A thread's one output column n (the same for every row it stores).
     const u32 n = n0 + ((R >> 4) << 3) + (R & 7);
     if (n >= p.n) return;
     const u32 at = col_at(n);
     auto store_all = [&](auto combine) {
-#pragma unroll
-      for (int j = 0; j < BM / 8; ++j)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const u32 r = 8 * j + 2 * t4 + c;
-          if (r < tile.rows) out[(u64)(tile.row0 + r) * p.n + at] = from_f32<T>(combine(wacc[4 * j + c], wacc[4 * j + 2 + c]));
-        }
+      each_row([&](u32 r, int j, int c) {
+        out[(u64)(tile.row0 + r) * p.n + at] = from_f32<T>(combine(wacc[4 * j + c], wacc[4 * j + 2 + c]));
+      });
     };
     if constexpr (P == 3) {
       store_all([](float a, float b) { return a + b; });
