@@ -313,27 +313,60 @@ pub struct InspectArgs {
     pub path: PathBuf,
 }
 
-/// Prints what a checkpoint holds.
-/// Whether every MoE layer of a GGUF file loads (so `moekit run` can run
-/// it), or the first error, which names the tensor and its type when a
-/// weight type is what stops it. GGUF layers are views of the mapped file,
-/// so loading each one is cheap (legacy per-expert tensors interleaved in the
-/// file are the exception: they are copied, one projection at a time).
-/// Safetensors layers are not built here: Hugging Face per-expert tensors
-/// are stacked by copying, which for a large checkpoint reads all of it.
+/// Whether each MoE layer of a GGUF file loads (so `moekit run` can run
+/// it): `yes (every MoE layer: N)`, or `no (K of N MoE layers)` followed
+/// by a line per MoE layer — each layer that does not load with its error,
+/// which names the tensor and its type when a weight type is what stops it,
+/// and runs of consecutive layers that do as one line. GGUF layers are views
+/// of the mapped file, so loading each one is cheap (legacy per-expert
+/// tensors interleaved in the file are the exception: they are copied, one
+/// projection at a time). Safetensors layers are not built here: Hugging
+/// Face per-expert tensors are stacked by copying, which for a large
+/// checkpoint reads all of it.
 fn runnable(ckpt: &dyn Checkpoint) -> String {
     if ckpt.file_format() != "gguf" {
         return "not checked for safetensors (`moekit run` loads one layer)".into();
     }
     let layers = &ckpt.summary().moe_layers;
-    for &l in layers {
-        if let Err(e) = ckpt.moe_block(l, &|_, _| {}) {
-            return format!("no: block {l}: {e}");
-        }
+    let results: Vec<(usize, Option<String>)> = layers
+        .iter()
+        .map(|&l| {
+            (
+                l,
+                ckpt.moe_block(l, &|_, _| {}).err().map(|e| e.to_string()),
+            )
+        })
+        .collect();
+    let failed = results.iter().filter(|(_, e)| e.is_some()).count();
+    if failed == 0 {
+        return format!("yes (every MoE layer: {})", layers.len());
     }
-    format!("yes (every MoE layer: {})", layers.len())
+    let mut out = format!("no ({failed} of {} MoE layers)", layers.len());
+    let mut i = 0;
+    while i < results.len() {
+        let (first, err) = &results[i];
+        if let Some(e) = err {
+            out += &format!("\n  block {first:<10} no: {e}");
+            i += 1;
+            continue;
+        }
+        // A run of layers that load.
+        let mut j = i;
+        while j + 1 < results.len() && results[j + 1].1.is_none() {
+            j += 1;
+        }
+        let span = if j == i {
+            first.to_string()
+        } else {
+            format!("{first}-{}", results[j].0)
+        };
+        out += &format!("\n  block {span:<10} yes");
+        i = j + 1;
+    }
+    out
 }
 
+/// Prints what a checkpoint holds.
 pub fn inspect(a: &InspectArgs) -> Result<(), AnyErr> {
     use std::io::Write;
     let ckpt: Box<dyn Checkpoint> = load::open(&a.path)?;

@@ -218,9 +218,10 @@ fn inspect_says_whether_the_moe_layers_run_and_names_what_stops_them() {
 
     // q8_0 bytes relabelled q1_0 (not supported yet; fewer bytes, so the
     // file stays valid), or nvfp4 (supported: the layer runs).
-    let inspect_relabelled = |id: u32| {
-        let mut b = std::fs::read(root().join("fixtures/gguf/glm4moe_q8_0.gguf")).unwrap();
-        let at = type_id_offset(&b, "blk.1.ffn_up_exps.weight");
+    // The `runnable` line and the per-layer lines under it.
+    let inspect_relabelled = |file: &str, tensor: &str, id: u32| {
+        let mut b = std::fs::read(root().join("fixtures/gguf").join(file)).unwrap();
+        let at = type_id_offset(&b, tensor);
         assert_eq!(b[at..at + 4], 8u32.to_le_bytes(), "q8_0");
         b[at..at + 4].copy_from_slice(&id.to_le_bytes());
         let p = std::env::temp_dir().join(format!("moekit-cli-{id}-{}.gguf", std::process::id()));
@@ -230,19 +231,41 @@ fn inspect_says_whether_the_moe_layers_run_and_names_what_stops_them() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let s = String::from_utf8_lossy(&o.stdout).into_owned();
         s.lines()
-            .find(|l| l.starts_with("runnable"))
-            .unwrap()
-            .to_string()
+            .skip_while(|l| !l.starts_with("runnable"))
+            .take_while(|l| !l.starts_with("tensors"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
     };
-    let line = inspect_relabelled(41);
+    let lines = inspect_relabelled("glm4moe_q8_0.gguf", "blk.1.ffn_up_exps.weight", 41);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains("no (1 of 1 MoE layers)"), "{lines:?}");
     assert!(
-        line.contains("no: block 1")
-            && line.contains("blk.1.ffn_up_exps.weight")
-            && line.contains("q1_0"),
-        "{line}"
+        lines[1].starts_with("  block 1 ")
+            && lines[1].contains(" no: ")
+            && lines[1].contains("blk.1.ffn_up_exps.weight")
+            && lines[1].contains("q1_0"),
+        "{lines:?}"
     );
-    let line = inspect_relabelled(40);
-    assert!(line.contains("runnable     yes"), "{line}");
+    let lines = inspect_relabelled("glm4moe_q8_0.gguf", "blk.1.ffn_up_exps.weight", 40);
+    assert_eq!(
+        lines,
+        ["runnable     yes (every MoE layer: 1)"],
+        "{lines:?}"
+    );
+    // Two MoE layers, the first stopped by one expert's tensor: a line each.
+    let lines = inspect_relabelled("mixtral_per_expert.gguf", "blk.0.ffn_up.1.weight", 41);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].contains("no (1 of 2 MoE layers)"), "{lines:?}");
+    assert!(
+        lines[1].starts_with("  block 0 ")
+            && lines[1].contains("blk.0.ffn_up.1.weight")
+            && lines[1].contains("q1_0"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].starts_with("  block 1 ") && lines[2].ends_with(" yes"),
+        "{lines:?}"
+    );
 
     // Per-expert ffn_{gate,up,down}_exps.scale tensors (NVFP4 GGUFs): runnable.
     let sc = root().join("fixtures/gguf/qwen2moe_nvfp4_scales.gguf");
