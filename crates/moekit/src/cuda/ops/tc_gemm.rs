@@ -516,7 +516,10 @@ pub(crate) fn run_kernel(
     let bn = if p_sources == 1 { BROWS } else { BROWS / 2 };
     let (bm, smem, source, name, flags) = match kernel {
         Kernel::Staged => {
-            let bm = launch_tile_rows(m, e, n.div_ceil(bn), w, x.dtype(), dev.smem_optin());
+            // K parts count as column blocks in the tile choice (its bound
+            // on the grid): T = 4096's router took 32-row tiles on 1024
+            // blocks of 8 steps, a third of each block filling its pipeline.
+            let bm = launch_tile_rows(m, e, n.div_ceil(bn) * parts, w, x.dtype(), dev.smem_optin());
             let name = kernel_name("tc_gemm", w, x.dtype(), p_sources, bm, glu.general())?;
             (bm, smem_bytes(w, x.dtype(), bm), &SRC, name, 0)
         }
