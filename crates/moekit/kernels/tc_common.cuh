@@ -41,7 +41,7 @@ constexpr int TC_BK = 64;         // K columns a step
 constexpr u32 TC_NONE = 0xFFFFFFFFu;
 
 // A weight row's raw (packed) bytes of one stage in shared memory, scales
-// and biases staged in words of AW bytes (tc_gemm.rs: smem_bytes mirrors it).
+// and biases staged in words of AW bytes (tc_geo.rs: smem_bytes mirrors it).
 template <typename F, int AW = 4>
 struct TcRaw {
   static_assert(AW == 4 || AW == 16, "cp.async of 4 or 16 bytes");

@@ -103,7 +103,7 @@ struct TcTiles {
       TcRaw<F>::AUX && BM >= 128 && tc_blocks_for(best_for<TcRaw<F, 16>>()) >= tc_blocks_for(best_for<TcRaw<F, 4>>()) ? 16 : 4;
 };
 
-// Tile geometry of an instance (tc_gemm.rs: smem_bytes mirrors it).
+// Tile geometry of an instance (tc_geo.rs: smem_bytes mirrors it).
 template <typename F, typename T, int BM>
 struct TcGeo : TcTiles<F, T, BM>, TcRaw<F, TcTiles<F, T, BM>::AUX_WORD> {
   typedef TcTiles<F, T, BM> X;
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
 }
 
 // out[i] = T(Σ_z parts[z·n + i]) for i < n, z = 0 .. count − 1 in order:
-// the K parts of a TC_PARTS GEMM summed (tc_gemm.rs `sum_parts_into`).
+// the K parts of a TC_PARTS GEMM summed (tc_parts.rs `sum_parts_into`).
 struct TcSumParams {
   const float* parts;  // [count, n]
   void* out;           // [n] of T

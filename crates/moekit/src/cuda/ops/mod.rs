@@ -16,6 +16,7 @@ pub mod route;
 pub mod sort;
 pub mod split;
 pub mod tc_gemm;
+pub mod tc_geo;
 pub mod tc_moe;
 pub mod tc_parts;
 pub mod tc_ra;

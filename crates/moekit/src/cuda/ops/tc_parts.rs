@@ -25,7 +25,7 @@ const PART_STEPS: usize = 8;
 /// same whatever the batch. The router's tile walked all of K on a handful
 /// of blocks (qwen3-30b-a3b T = 64: 8 blocks × 32 steps, 13 µs on an H200).
 pub fn k_parts(k: usize) -> usize {
-    (k.div_ceil(super::tc_gemm::BK) / PART_STEPS).clamp(1, MAX_PARTS)
+    (k.div_ceil(super::tc_geo::BK) / PART_STEPS).clamp(1, MAX_PARTS)
 }
 
 /// `out [M, N]` (T) = the sum of `parts [z, M, N]` (f32, from a
