@@ -27,10 +27,8 @@
 use super::portable::{q4_0_lanes, q8_0_lanes};
 use super::x86::{prefetch_distance, prefetch_span, Avx512Vnni, Dot};
 use super::ymm::{tail_finish, to_array4};
-use super::{chunk, each_row, run_rows, Acc, QRow, Rows, Run, RUN};
-use crate::error::Result;
+use super::{chunk, each_row, Acc, QRow, Rows, Run, RUN};
 use crate::format::ggml::GgmlType;
-use crate::format::RowDecoder;
 use std::arch::x86_64::*;
 
 /// The run of `R` activation rows for weights of type `t`.
@@ -45,43 +43,9 @@ pub(super) fn run_for<const R: usize>(t: GgmlType) -> Option<Run<R>> {
     }
 }
 
-/// A [`Run`] of `kernel` inside `Avx512Vnni::enter`.
-macro_rules! run_fn {
-    ($name:ident, $kernel:ident) => {
-        #[allow(clippy::too_many_arguments)] // a Run
-        fn $name<const R: usize>(
-            dec: &RowDecoder<'_>,
-            e: usize,
-            n0: usize,
-            n: usize,
-            acts: &[&QRow; R],
-            scratch: &mut [f32],
-            out: &mut [f32],
-            stride: usize,
-        ) -> Result<()> {
-            Avx512Vnni::enter(
-                #[inline(always)]
-                move || {
-                    run_rows(
-                        dec,
-                        e,
-                        n0,
-                        n,
-                        acts,
-                        scratch,
-                        out,
-                        stride,
-                        #[inline(always)]
-                        |b, l, a, s, o, st| $kernel::<R>(b, l, a, s, o, st),
-                    )
-                },
-            )
-        }
-    };
-}
-
-run_fn!(run_q4_0, q4_0);
-run_fn!(run_q8_0, q8_0);
+// This file's kernels as Runs inside their level (`level_run!`, qdot/mod.rs).
+level_run!(run_q4_0 [const R: usize], Avx512Vnni, q4_0::<R>);
+level_run!(run_q8_0 [const R: usize], Avx512Vnni, q8_0::<R>);
 
 /// 64 bytes, or 16 lanes of 32 bits, or 32 of 16.
 #[inline(always)]

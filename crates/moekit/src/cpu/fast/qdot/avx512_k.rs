@@ -35,48 +35,12 @@ use super::avx512::load512;
 use super::x86::{
     f16_pair, fma_lanes, load256, prefetch_distance, prefetch_span, splat, zero, Avx512Vnni, Dot,
 };
-use super::{chunk, each_row, offsets, run_rows, QRow, Rows, RUN};
-use crate::error::Result;
-use crate::format::RowDecoder;
+use super::{chunk, each_row, offsets, QRow, Rows, RUN};
 use std::arch::x86_64::*;
 
-/// A [`Run`](super::Run) of `kernel` inside `Avx512Vnni::enter`.
-macro_rules! run_fn {
-    ($name:ident, $kernel:ident) => {
-        #[allow(clippy::too_many_arguments)] // a Run
-        pub(super) fn $name<const R: usize>(
-            dec: &RowDecoder<'_>,
-            e: usize,
-            n0: usize,
-            n: usize,
-            acts: &[&QRow; R],
-            scratch: &mut [f32],
-            out: &mut [f32],
-            stride: usize,
-        ) -> Result<()> {
-            Avx512Vnni::enter(
-                #[inline(always)]
-                move || {
-                    run_rows(
-                        dec,
-                        e,
-                        n0,
-                        n,
-                        acts,
-                        scratch,
-                        out,
-                        stride,
-                        #[inline(always)]
-                        |b, l, a, s, o, st| $kernel::<R>(b, l, a, s, o, st),
-                    )
-                },
-            )
-        }
-    };
-}
-
-run_fn!(run_q4_k, q4_k);
-run_fn!(run_q3_k, q3_k);
+// This file's kernels as Runs inside their level (`level_run!`, qdot/mod.rs).
+level_run!(pub(super) run_q4_k [const R: usize], Avx512Vnni, q4_k::<R>);
+level_run!(pub(super) run_q3_k [const R: usize], Avx512Vnni, q3_k::<R>);
 
 /// [`finish`](super::finish) of the accumulators in registers:
 /// `((A0 + A1) + (A2 + A3))` lane by lane, the lanes summed

@@ -35,8 +35,7 @@ use super::x86::{
 };
 use super::ymm::scale_lanes;
 use super::{
-    add_block_scaled, add_offset, chunk, each_row, finish, offsets, run_rows, Acc, QRow, Rows, Run,
-    RUN,
+    add_block_scaled, add_offset, chunk, each_row, finish, offsets, Acc, QRow, Rows, Run, RUN,
 };
 use crate::cpu::SimdLevel;
 use crate::error::Result;
@@ -208,43 +207,9 @@ pub(super) fn run_for<D: Dot, const R: usize>(t: GgmlType) -> Option<Run<R>> {
     })
 }
 
-/// A [`Run`] of `kernel::<B, D, R>` inside `D::enter`.
-macro_rules! run_fn {
-    ($name:ident, $bound:ident, $kernel:ident) => {
-        #[allow(clippy::too_many_arguments)] // a Run
-        fn $name<B: $bound, D: Dot, const R: usize>(
-            dec: &RowDecoder<'_>,
-            e: usize,
-            n0: usize,
-            n: usize,
-            acts: &[&QRow; R],
-            scratch: &mut [f32],
-            out: &mut [f32],
-            stride: usize,
-        ) -> Result<()> {
-            D::enter(
-                #[inline(always)]
-                move || {
-                    run_rows(
-                        dec,
-                        e,
-                        n0,
-                        n,
-                        acts,
-                        scratch,
-                        out,
-                        stride,
-                        #[inline(always)]
-                        |b, l, a, s, o, st| $kernel::<B, D, R>(b, l, a, s, o, st),
-                    )
-                },
-            )
-        }
-    };
-}
-
-run_fn!(run32, Block32X86, blocks32);
-run_fn!(run256, SuperBlockX86, super_blocks);
+// This file's kernels as Runs inside their level (`level_run!`, qdot/mod.rs).
+level_run!(run32 [B: Block32X86, D: Dot, const R: usize], D, blocks32::<B, D, R>);
+level_run!(run256 [B: SuperBlockX86, D: Dot, const R: usize], D, super_blocks::<B, D, R>);
 
 /// The f16 at byte `at` (0 or 2) of blocks `b0..b0 + 8` of `B`'s blocks of
 /// `row` (zeros past its end), widened by F16C ([`x86::widen8_f16c`] with

@@ -35,14 +35,12 @@ use super::x86::{
     acc_of, fma_lanes, load256, load_x16, prefetch_at, prefetch_distance, splat, zero, Avx2,
     Avx512Vnni, AvxVnni, Dot,
 };
-use super::{chunk, each_row, finish, run_rows, QRow, Rows, Run, RUN};
+use super::{chunk, each_row, finish, QRow, Rows, Run, RUN};
 use crate::cpu::SimdLevel;
-use crate::error::Result;
 use crate::format::ggml::iq_grids::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
 };
 use crate::format::ggml::GgmlType;
-use crate::format::RowDecoder;
 use std::arch::x86_64::*;
 
 /// A [`Grid`] type's chunks in vectors.
@@ -521,36 +519,8 @@ pub(super) fn run_for<const R: usize>(level: SimdLevel, t: GgmlType) -> Option<R
     }
 }
 
-/// The run of a [`GridX86`] type at level `D`, inside `D::enter`.
-#[allow(clippy::too_many_arguments)] // a Run
-fn run<G: GridX86, D: Dot, const R: usize>(
-    dec: &RowDecoder<'_>,
-    e: usize,
-    n0: usize,
-    n: usize,
-    acts: &[&QRow; R],
-    scratch: &mut [f32],
-    out: &mut [f32],
-    stride: usize,
-) -> Result<()> {
-    D::enter(
-        #[inline(always)]
-        move || {
-            run_rows(
-                dec,
-                e,
-                n0,
-                n,
-                acts,
-                scratch,
-                out,
-                stride,
-                #[inline(always)]
-                |b, l, a, s, o, st| rows::<G, D, R>(b, l, a, s, o, st),
-            )
-        },
-    )
-}
+// The run of a [`GridX86`] type at level `D`, inside `D::enter`.
+level_run!(run [G: GridX86, D: Dot, const R: usize], D, rows::<G, D, R>);
 
 /// The 16 group scales of a super-block as two vectors of 16-bit lanes:
 /// groups 0..8 in both 128-bit halves, groups 8..16 in both halves.

@@ -74,6 +74,45 @@
 //! other [`blocks`] formats and the [`grid`] formats run their 256-bit
 //! kernels in EVEX forms), chosen by [`qdot_rows`]' level argument.
 
+/// `$vis fn $name<$generics>`, a [`Run`] at an x86 level: `$kernel` over
+/// the rows ([`run_rows`]) inside `$level::enter`, both closures inlined
+/// into the level's target-feature region. The one adapter of the
+/// `avx512`, `avx512_k`, `ymm`, `blocks_x86` and `grid_x86` kernels.
+#[cfg(target_arch = "x86_64")]
+macro_rules! level_run {
+    ($vis:vis $name:ident [$($gen:tt)*], $level:ty, $($kernel:tt)+) => {
+        #[allow(clippy::too_many_arguments)] // a Run
+        $vis fn $name<$($gen)*>(
+            dec: &$crate::format::RowDecoder<'_>,
+            e: usize,
+            n0: usize,
+            n: usize,
+            acts: &[&super::QRow; R],
+            scratch: &mut [f32],
+            out: &mut [f32],
+            stride: usize,
+        ) -> $crate::error::Result<()> {
+            <$level>::enter(
+                #[inline(always)]
+                move || {
+                    super::run_rows(
+                        dec,
+                        e,
+                        n0,
+                        n,
+                        acts,
+                        scratch,
+                        out,
+                        stride,
+                        #[inline(always)]
+                        |b, l, a, s, o, st| $($kernel)+(b, l, a, s, o, st),
+                    )
+                },
+            )
+        }
+    };
+}
+
 mod affine;
 #[cfg(target_arch = "x86_64")]
 mod affine_x86;

@@ -30,12 +30,9 @@ use super::x86::{
     zero, Dot,
 };
 use super::{
-    add_block_scaled, add_offset, chunk, each_row, finish, offsets, run_rows, Acc, QRow, Rows, Run,
-    RUN,
+    add_block_scaled, add_offset, chunk, each_row, finish, offsets, Acc, QRow, Rows, Run, RUN,
 };
-use crate::error::Result;
 use crate::format::ggml::GgmlType;
-use crate::format::RowDecoder;
 use std::arch::x86_64::*;
 
 /// The run of `R` activation rows for weights of type `t` at level `D`.
@@ -48,44 +45,10 @@ pub(super) fn run_for<D: Dot, const R: usize>(t: GgmlType) -> Option<Run<R>> {
     }
 }
 
-/// A [`Run`] of `kernel` inside `D::enter`.
-macro_rules! run_fn {
-    ($name:ident, $kernel:ident) => {
-        #[allow(clippy::too_many_arguments)] // a Run
-        fn $name<D: Dot, const R: usize>(
-            dec: &RowDecoder<'_>,
-            e: usize,
-            n0: usize,
-            n: usize,
-            acts: &[&QRow; R],
-            scratch: &mut [f32],
-            out: &mut [f32],
-            stride: usize,
-        ) -> Result<()> {
-            D::enter(
-                #[inline(always)]
-                move || {
-                    run_rows(
-                        dec,
-                        e,
-                        n0,
-                        n,
-                        acts,
-                        scratch,
-                        out,
-                        stride,
-                        #[inline(always)]
-                        |b, l, a, s, o, st| $kernel::<D, R>(b, l, a, s, o, st),
-                    )
-                },
-            )
-        }
-    };
-}
-
-run_fn!(run_q4_0, q4_0);
-run_fn!(run_q8_0, q8_0);
-run_fn!(run_q4_k, q4_k);
+// This file's kernels as Runs inside their level (`level_run!`, qdot/mod.rs).
+level_run!(run_q4_0 [D: Dot, const R: usize], D, q4_0::<D, R>);
+level_run!(run_q8_0 [D: Dot, const R: usize], D, q8_0::<D, R>);
+level_run!(run_q4_k [D: Dot, const R: usize], D, q4_k::<D, R>);
 
 /// Adds the blocks after the last whole run of 4 (`b ≥ 4·runs`) of a row
 /// of `BS`-byte blocks with the portable lanes (and their offset terms),
