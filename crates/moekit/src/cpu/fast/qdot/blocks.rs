@@ -28,13 +28,10 @@
 
 use super::portable::{block_lanes, Lanes};
 use super::{
-    add_block, add_block_scaled, add_offset, each_row, finish, offsets, run_rows, Acc, QRow, Run,
-    RUN,
+    add_block, add_block_scaled, add_offset, each_row, finish, offsets, Acc, QRow, Run, RUN,
 };
 use crate::cpu::fast::dot::{f16_to_f32, k4_scales_mins};
-use crate::error::Result;
 use crate::format::ggml::GgmlType;
-use crate::format::RowDecoder;
 
 /// A 32-weight GGUF block: `d` (f16) at byte 0, for the types with a min
 /// `m` (f16) at byte 2, and 32 unsigned codes `u`.
@@ -306,45 +303,10 @@ pub(super) fn run_for<const R: usize>(t: GgmlType) -> Option<Run<R>> {
     })
 }
 
-/// The portable run of a [`Block32`] type.
-#[allow(clippy::too_many_arguments)] // a Run
-fn run32<B: Block32, const R: usize>(
-    dec: &RowDecoder<'_>,
-    e: usize,
-    n0: usize,
-    n: usize,
-    acts: &[&QRow; R],
-    scratch: &mut [f32],
-    out: &mut [f32],
-    stride: usize,
-) -> Result<()> {
-    run_rows(dec, e, n0, n, acts, scratch, out, stride, blocks32::<B, R>)
-}
+// The portable runs of [`Block32`] and [`SuperBlock`] types (`portable_run!`, qdot/mod.rs).
+portable_run!(run32 [B: Block32, const R: usize], blocks32::<B, R>);
 
-/// The portable run of a [`SuperBlock`] type.
-#[allow(clippy::too_many_arguments)] // a Run
-fn run256<B: SuperBlock, const R: usize>(
-    dec: &RowDecoder<'_>,
-    e: usize,
-    n0: usize,
-    n: usize,
-    acts: &[&QRow; R],
-    scratch: &mut [f32],
-    out: &mut [f32],
-    stride: usize,
-) -> Result<()> {
-    run_rows(
-        dec,
-        e,
-        n0,
-        n,
-        acts,
-        scratch,
-        out,
-        stride,
-        super_blocks::<B, R>,
-    )
-}
+portable_run!(run256 [B: SuperBlock, const R: usize], super_blocks::<B, R>);
 
 /// The centred codes `u − c` of a [`Block32`] block.
 #[inline(always)]

@@ -31,17 +31,15 @@
 //! `2^s·sc ≤ 496`, so every level computes exactly this (bit for bit).
 
 use super::blocks::f16_at;
-use super::{add_block, each_row, finish, run_rows, Acc, QRow, Run, RUN};
+use super::{add_block, each_row, finish, Acc, QRow, Run, RUN};
 use crate::cpu::fast::dot::f16_to_f32;
 use crate::cpu::SimdLevel;
-use crate::error::Result;
 use crate::format::ggml::iq_grids::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
 };
 use crate::format::ggml::iquant::{ksigns, BlockIQ1_M};
 use crate::format::ggml::ternary::trit;
 use crate::format::ggml::GgmlType;
-use crate::format::RowDecoder;
 
 /// A super-block type of this family (see the module doc).
 pub(super) trait Grid: 'static {
@@ -411,20 +409,8 @@ pub(super) fn run_for<const R: usize>(level: SimdLevel, t: GgmlType) -> Option<R
     }
 }
 
-/// The portable run of a [`Grid`] type.
-#[allow(clippy::too_many_arguments)] // a Run
-fn run<G: Grid, const R: usize>(
-    dec: &RowDecoder<'_>,
-    e: usize,
-    n0: usize,
-    n: usize,
-    acts: &[&QRow; R],
-    scratch: &mut [f32],
-    out: &mut [f32],
-    stride: usize,
-) -> Result<()> {
-    run_rows(dec, e, n0, n, acts, scratch, out, stride, rows::<G, R>)
-}
+// The portable run of a [`Grid`] type (`portable_run!`, qdot/mod.rs).
+portable_run!(run [G: Grid, const R: usize], rows::<G, R>);
 
 /// The integer lanes of chunk `c` (weights `q`, scales `sc`) against the
 /// codes and shifts of 256-value block `b` of `a`, added to `l`.

@@ -74,6 +74,27 @@
 //! other [`blocks`] formats and the [`grid`] formats run their 256-bit
 //! kernels in EVEX forms), chosen by [`qdot_rows`]' level argument.
 
+/// `fn $name<$generics>`, a portable [`Run`]: `$kernel` over the rows
+/// ([`run_rows`]). The one adapter of the `portable`, `blocks` and `grid`
+/// kernels (the x86 levels': `level_run!`).
+macro_rules! portable_run {
+    ($name:ident [$($gen:tt)*], $($kernel:tt)+) => {
+        #[allow(clippy::too_many_arguments)] // a Run
+        fn $name<$($gen)*>(
+            dec: &$crate::format::RowDecoder<'_>,
+            e: usize,
+            n0: usize,
+            n: usize,
+            acts: &[&super::QRow; R],
+            scratch: &mut [f32],
+            out: &mut [f32],
+            stride: usize,
+        ) -> $crate::error::Result<()> {
+            super::run_rows(dec, e, n0, n, acts, scratch, out, stride, $($kernel)+)
+        }
+    };
+}
+
 /// `$vis fn $name<$generics>`, a [`Run`] at an x86 level: `$kernel` over
 /// the rows ([`run_rows`]) inside `$level::enter`, both closures inlined
 /// into the level's target-feature region. The one adapter of the

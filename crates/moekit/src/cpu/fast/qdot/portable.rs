@@ -5,12 +5,10 @@
 
 use super::{
     add_block, add_block_scaled, add_offset, block_scales, each_row, finish, half_offsets, offsets,
-    run_rows, widen8_f16, Acc, QRow, Run, RUN,
+    widen8_f16, Acc, QRow, Run, RUN,
 };
 use crate::cpu::fast::dot::k4_scales_mins;
-use crate::error::Result;
 use crate::format::ggml::GgmlType;
-use crate::format::RowDecoder;
 
 /// The portable run of `R` activation rows for weights of type `t`.
 pub(super) fn run_for<const R: usize>(t: GgmlType) -> Option<Run<R>> {
@@ -22,28 +20,10 @@ pub(super) fn run_for<const R: usize>(t: GgmlType) -> Option<Run<R>> {
     }
 }
 
-/// A [`Run`] of `kernel`.
-macro_rules! run_fn {
-    ($name:ident, $kernel:ident) => {
-        #[allow(clippy::too_many_arguments)] // a Run
-        fn $name<const R: usize>(
-            dec: &RowDecoder<'_>,
-            e: usize,
-            n0: usize,
-            n: usize,
-            acts: &[&QRow; R],
-            scratch: &mut [f32],
-            out: &mut [f32],
-            stride: usize,
-        ) -> Result<()> {
-            run_rows(dec, e, n0, n, acts, scratch, out, stride, $kernel::<R>)
-        }
-    };
-}
-
-run_fn!(run_q4_0, q4_0);
-run_fn!(run_q8_0, q8_0);
-run_fn!(run_q4_k, q4_k);
+// This file's kernels as Runs (`portable_run!`, qdot/mod.rs).
+portable_run!(run_q4_0 [const R: usize], q4_0::<R>);
+portable_run!(run_q8_0 [const R: usize], q8_0::<R>);
+portable_run!(run_q4_k [const R: usize], q4_k::<R>);
 
 /// `L[j] = Σ_{k<4} w[4j+k]·y[4j+k]` of 32 weights and the codes of their
 /// two halves, `y0` (weights 0..16) and `y1` (16..32).
