@@ -164,24 +164,27 @@ __device__ __forceinline__ void group_bits(const TcSlice& s, u32& sb, u32& bb) {
 template <typename S, typename T>
 struct TcDecAffine4 {
   uint4 w;
-  u32 s2, b2;
+  u32 sb, bb;  // the group's scale and bias as loaded: paired at first use
   __device__ __forceinline__ void load(const TcSlice& s) {
     w = *reinterpret_cast<const uint4*>(s.data + s.col / 2);  // 16 bytes: 32 codes
-    u32 sb, bb;
     group_bits<S>(s, sb, bb);
     // No columns: scale and offset 0 give exact zeros, without a branch
     // between the MMAs the units are interleaved with.
-    s2 = s.cols != 0 ? pair_of<S, T>(sb) : 0u;
-    b2 = s.cols != 0 ? pair_of<S, T>(bb) : 0u;
+    if (s.cols == 0) sb = bb = 0u;
   }
+  // The scale and bias pairs. Computed where a unit is decoded rather than
+  // at load, so that nothing waits for the loads before the units need
+  // them (tc_ra loads two spans ahead).
+  __device__ __forceinline__ u32 s2() const { return pair_of<S, T>(sb); }
+  __device__ __forceinline__ u32 b2() const { return pair_of<S, T>(bb); }
   __device__ __forceinline__ uint4 unit(int u) const {
-    return nibbles8<T>(u == 0 ? w.x : u == 1 ? w.y : u == 2 ? w.z : w.w, s2, b2);
+    return nibbles8<T>(u == 0 ? w.x : u == 1 ? w.y : u == 2 ? w.z : w.w, s2(), b2());
   }
   // Unit u in the order the codes unpack in (pairs of weights 4 apart:
   // (8u + i, 8u + i + 4), i < 4), without nibbles8's four PRMTs: for
   // kernels whose k order takes the pairs so (SPAN_NIBBLES, decode_mma.cuh).
   __device__ __forceinline__ uint4 unit_raw(int u) const {
-    return nibbles8_raw<T>(u == 0 ? w.x : u == 1 ? w.y : u == 2 ? w.z : w.w, s2, b2);
+    return nibbles8_raw<T>(u == 0 ? w.x : u == 1 ? w.y : u == 2 ? w.z : w.w, s2(), b2());
   }
 };
 

@@ -146,6 +146,73 @@ template <> struct RaWidths<16> { static constexpr int N1 = 16, N2 = 16, N3 = 16
 
 template <int N> struct RaN { static constexpr int value = N; };
 
+// Decoders whose units are the very registers their load fills (span()).
+template <typename D> struct RaStoredUnits { static constexpr bool value = false; };
+template <typename F, typename T> struct RaStoredUnits<TcDecCodes<F, T>> { static constexpr bool value = true; };
+
+// A lane's walk along one weight row, span by span: its slice of span s
+// (columns 128s + kc0 .. + 31, kc0 = 32 · (lane % 4)) at fixed strides from
+// span 0's, so a span's loads cost a pointer step each rather than
+// global_slice's column, group and bounds arithmetic (qwen3 affine4, 16-row
+// tiles: 502 → 434 instructions per two spans). Formats of units up to a
+// span wide hold whole units a span (the slice starts a unit, or lies at a
+// fixed column of one, e.g. NVFP4's 64); 256-wide super-blocks hold a span
+// in half a unit (unit s / 2, column 128 (s & 1) + kc0). Affine scales and
+// biases start at the slice's group (a slice of 32 never straddles groups of
+// 32 .. 128), so the decoder finds its group at column 0. Every slice has
+// all 32 columns: K is a multiple of 128, a row past N walks a real row
+// (the caller's clamp; its outputs are never stored), and spans past K are
+// never asked for. (The decode path keeps global_slice: its K needs only be a
+// multiple of 32, and there the cursor measured no fewer instructions.)
+template <typename F>
+struct RaCursor {
+  static_assert(F::UNIT_W <= 32 ? 32 % F::UNIT_W == 0 : F::UNIT_W % 32 == 0 && (F::UNIT_W <= 128 || F::UNIT_W == 256),
+                "units that tile a span");
+  static constexpr bool WIDE = F::UNIT_W > (int)RA_SPAN;  // half a unit a span
+  static constexpr u32 SPAN_BYTES = WIDE ? 0u : RA_SPAN / F::UNIT_W * F::UNIT_BYTES;
+  const u8* data;
+  const u8* scales;
+  const u8* biases;
+  u32 col, kr, group_shift, aux_step;
+  __device__ __forceinline__ void init(const QRow& r, u32 kc0) {
+    group_shift = r.group_shift;
+    if constexpr (WIDE) {
+      data = r.data;
+      col = kc0;
+      kr = F::UNIT_W;
+    } else {
+      data = r.data + kc0 / F::UNIT_W * F::UNIT_BYTES;
+      col = F::UNIT_W > 32 ? kc0 % F::UNIT_W : 0u;
+      kr = F::UNIT_W > 32 ? (u32)F::UNIT_W : r.k;
+    }
+    scales = biases = nullptr;
+    aux_step = 0;
+    if constexpr (!is_void<typename F::Scale>::value) {
+      typedef typename F::Scale S;
+      scales = r.scales + (kc0 >> r.group_shift) * sizeof(S);
+      biases = r.biases + (kc0 >> r.group_shift) * sizeof(S);
+      aux_step = (RA_SPAN >> r.group_shift) * (u32)sizeof(S);
+    }
+  }
+  __device__ __forceinline__ TcSlice at(u32 s) const {
+    TcSlice t;
+    if constexpr (WIDE) {
+      t.data = data + (u64)(s >> 1) * F::UNIT_BYTES;
+      t.col = col + ((s & 1u) << 7);
+    } else {
+      t.data = data + (u64)s * SPAN_BYTES;
+      t.col = col;
+    }
+    t.scales = scales + (u64)s * aux_step;
+    t.biases = biases + (u64)s * aux_step;
+    t.cols = 32;
+    t.kr = kr;
+    t.group_shift = group_shift;
+    t.lo = false;
+    return t;
+  }
+};
+
 template <typename F, typename T, int P, int BM, bool GLU = false>
 __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const __grid_constant__ TcParams p) {
   pdl_entry();  // a dependent launch (ops/mod.rs Order::Dependent)
@@ -199,23 +266,29 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
   }
   const u32 b_dst = pin(ch * G::HALF + swz(cr, cu));
 
-  // The lane's two weight rows (R = 16w + g, R + 8): sources and validity.
-  QRow rows[2];
-  bool valid[2];
+  // The lane's two weight rows (R = 16w + g, R + 8), walked span by span
+  // (a row past N walks the tile's first row: its outputs are not stored).
+  RaCursor<F> rows[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     u32 q, col;
     tile_row<P>(warp * 16 + (lane >> 2) + 8 * h, q, col);
     const u32 n = n0 + col;
-    valid[h] = n < p.n;
     const WeightSrc& s = p.src[q];
-    rows[h] = make_row<F>(s.data, s.scales, s.biases, (u64)tile.e * s.rows + s.row_offset + (valid[h] ? n : 0), p.k,
-                          p.group_shift);
+    rows[h].init(make_row<F>(s.data, s.scales, s.biases, (u64)tile.e * s.rows + s.row_offset + (n < p.n ? n : n0),
+                             p.k, p.group_shift),
+                 32u * (lane & 3u));
   }
-  const u32 kc0 = 32u * (lane & 3u);
+  // Decoders of span s. Past K the loop never decodes them, but they still
+  // load (span s − 2 again, of the same parity, so that 256-wide
+  // super-blocks keep their half known): unconditional loads are issued
+  // early in the span, where a branch around them kept the compiler from
+  // hoisting them (Q4_K's scales then waited for their loads at once:
+  // T = 64 +5%).
   auto load_w = [&](Dec (&d)[2], u32 s) {
+    const u32 sc = s < n_spans ? s : s >= 2 ? s - 2 : 0u;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) d[h].load(global_slice<F>(rows[h], s * RA_SPAN + kc0, valid[h] && s < n_spans));
+    for (int h = 0; h < 2; ++h) d[h].load(rows[h].at(sc));
   };
   // Lookahead: a lane asks L2 for its weight slices `look` spans beyond the
   // two its registers hold (prefetch.global.L2: no registers, no wait), so
@@ -223,10 +296,8 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
   const u32 look = (p.p >> RA_LOOK) & 7u;
   auto prefetch_w = [&](u32 s) {
     if (s >= n_spans) return;
-    const u32 kc = s * RA_SPAN + kc0;
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (valid[h]) prefetch_l2(rows[h].data + (u64)kc * F::UNIT_BYTES / F::UNIT_W);  // about where column kc lies
+    for (int h = 0; h < 2; ++h) prefetch_l2(rows[h].at(s).data);
   };
   const u32 b_base = pin(smem_addr(b_sm));
 
@@ -285,6 +356,16 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
       issue_b(s + G::AHEAD);
       half(d, s, 0);
       half(d, s, 1);
+      // A decoder whose units are the registers it loads (the generic one)
+      // hands wgmma those registers themselves: its next load must wait for
+      // this span's groups, which read them asynchronously (overwriting
+      // them under a group in flight gave NaNs). Decoders that compute
+      // their units hand wgmma fresh registers, which ptxas keeps until the
+      // wait that retires them.
+      if constexpr (RaStoredUnits<Dec>::value) {
+        wg_wait<0>();
+        wg_keep(acc);
+      }
       load_w(d, s + 2);
       if (look != 0) prefetch_w(s + 2 + look);
     };

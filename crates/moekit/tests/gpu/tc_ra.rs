@@ -71,6 +71,8 @@ fn check(
     kk: usize,
 ) {
     let what = format!("{f} {dt} T={t} k={k} E={e} N={n} K={kk}");
+    // Shown with a failure (a NaN panics inside nmse).
+    eprintln!("tc_ra check: {what}");
     let x = random(&[t, kk], dt, t as u64 + 1);
     let xs = permute_on(Backend::CpuReference, &x, sort).unwrap();
     let m = t * k;
@@ -129,6 +131,7 @@ fn check(
         if let Some(o) = perm {
             want = host_permute(&want, i, o);
         }
+        eprintln!("tc_ra check: swiglu fused={fused} perm={perm:?}");
         let out = poisoned(&[m, i], dt);
         swiglu_into(&xp, &gu_gpu, rows, &out, perm).unwrap();
         let err = nmse(&host_f32(&out), &want);
