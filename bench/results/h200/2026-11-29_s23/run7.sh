@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Seventh call: the expert sort of up to 4096 slots in one block of 32 warps
+# (one launch instead of count + scan + scatter): the sort test on both
+# sides of every limit, then prev (run3's tree) vs new alternated, qwen3 at
+# T = 192 .. 512 (1536 .. 4096 slots) and Mixtral T = 512 (1024 slots:
+# unchanged, the 8-warp block) as a control.
+set -u
+out=${OUT:-/tmp/out}; res=/tmp/res; mkdir -p "$out" $res; t0=$(date +%s)
+mkdir -p /tmp/bin; for f in gpu-bundle/xz/*.xz; do xz -dc "$f" > /tmp/bin/$(basename "$f" .xz); done; chmod +x /tmp/bin/*
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $res/device.txt
+N=/tmp/bin/moekit; P=/tmp/bin/moekit.prev; T=/tmp/bin/moekit-gpu-tests; export MOEKIT_CACHE_DIR=/tmp/kc
+save() { tar czf "$out/res.tgz" -C $res .; }
+summ() { grep -E "^test .* (ok|FAILED)$|test result|panicked at|^  left|^ right|differ" "$1" | tail -8; }
+b() { local bin=$1; shift; timeout 150 $bin bench --device cuda --dtype bf16 --min-time 0.05 "$@"; }
+row() { grep -E "^[a-z0-9_-]+ +[0-9]+ " "$1" | awk '{printf "%s/%s %s/%s (%s) | ", $1, $2, $9*1000, $13*1000, $12}'; echo; }
+timeout 120 $T --test-threads=2 route_sort::sort tc::block_is_deterministic > $res/tests.txt 2>&1; echo "tests ($(( $(date +%s) - t0 )) s):"; summ $res/tests.txt
+save
+Q="--preset qwen3-30b-a3b --format affine4,q4_k --tokens 192,512"
+for r in 1 2; do
+  b $P $Q > $res/q_prev_r$r.txt 2>&1; echo "prev r$r: $(row $res/q_prev_r$r.txt)"
+  b $N $Q --json $res/q_new_r$r.json > $res/q_new_r$r.txt 2>&1; echo "new  r$r: $(row $res/q_new_r$r.txt)"
+  save
+done
+M="--preset mixtral-8x7b --format affine4 --tokens 512"
+b $P $M > $res/m_prev.txt 2>&1; echo "mixtral prev: $(row $res/m_prev.txt)"
+b $N $M --json $res/m_new.json > $res/m_new.txt 2>&1; echo "mixtral new : $(row $res/m_new.txt)"
+save; echo "all $(( $(date +%s) - t0 )) s"
