@@ -29,6 +29,9 @@ use crate::tensor::Tensor;
 #[derive(Debug, Clone)]
 pub struct MoeBlock {
     p: MoeBlockParts,
+    /// The router's f32 weights split for the tensor-core path, made on its
+    /// first call per activation dtype.
+    router_halves: crate::cuda::ops::tc_moe::RouterHalves,
 }
 
 pub use crate::plan::MoePath;
@@ -112,7 +115,10 @@ impl MoeBlock {
                 )?;
             }
         }
-        Ok(MoeBlock { p })
+        Ok(MoeBlock {
+            p,
+            router_halves: Default::default(),
+        })
     }
 
     /// The parts.
@@ -197,7 +203,12 @@ impl MoeBlock {
                 return Ok(MoeTrace { routing, out });
             }
             MoePath::TensorCore => {
-                let (routing, out) = crate::cuda::ops::tc_moe::forward(&self.p, x, dst.as_deref())?;
+                let (routing, out) = crate::cuda::ops::tc_moe::forward(
+                    &self.p,
+                    x,
+                    dst.as_deref(),
+                    Some(&self.router_halves),
+                )?;
                 return Ok(MoeTrace { routing, out });
             }
             _ => {}

@@ -687,6 +687,32 @@ fn block_is_deterministic_batch_invariant_and_graph_safe() {
         full,
         "graph replay differs"
     );
+    // A fresh block whose first tensor-core call is captured: its router
+    // (f32 weights) splits its halves inside the graph instead of keeping
+    // them (memory allocated under a capture belongs to the graph); the
+    // later plain call keeps them. Both give the same bits.
+    let fresh = block(f, 64, 8, 512, 256, true).to_device(gpu()).unwrap();
+    let mut first = None;
+    let graph = moekit::cuda::graph::capture(&dev, || {
+        first = Some(fresh.forward_with(Backend::Cuda, MoePath::TensorCore, &xg)?.out);
+        Ok(())
+    })
+    .unwrap();
+    graph.replay().unwrap();
+    dev.synchronize().unwrap();
+    assert_eq!(
+        host_f32(first.as_ref().unwrap()),
+        full,
+        "a block first called under capture differs"
+    );
+    assert_eq!(run(&fresh, &batch), full, "kept router halves differ");
+    graph.replay().unwrap();
+    dev.synchronize().unwrap();
+    assert_eq!(
+        host_f32(first.as_ref().unwrap()),
+        full,
+        "the replay after the halves were kept differs"
+    );
 }
 
 /// A reduced sweep for compute-sanitizer (memcheck, racecheck): the kernel's

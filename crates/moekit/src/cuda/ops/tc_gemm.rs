@@ -452,36 +452,69 @@ pub fn split_matmul_into(
         "dense f32 weights",
         w.format(),
     )?;
-    let (n, k) = (w.rows(), w.cols());
     if w.n_experts() == 1 && matches!(x.dtype(), DType::F16 | DType::Bf16) {
-        let halves = super::split::split_hi_lo(w.data(), x.dtype())?.reshape(&[1, 2 * n, k])?;
-        let hl = QuantWeights::new(
-            WeightFormat::Dense(x.dtype()),
-            1,
-            2 * n,
-            k,
-            halves,
-            None,
-            None,
-        )?;
-        let glu = GluParams::default();
-        return run_kernel(
-            Kernel::Staged,
-            OP,
-            x,
-            [(&hl, 0), (&hl, n)],
-            3,
-            n,
-            rows,
-            out,
-            glu,
-        );
+        return halves_matmul_into(x, &split_halves(w, x.dtype())?, rows, out);
     }
     run_kernel(
         Kernel::Staged,
         OP,
         x,
         [(w, 0), (w, 0)],
+        3,
+        w.rows(),
+        rows,
+        out,
+        GluParams::default(),
+    )
+}
+
+/// One expert's dense f32 weights `[1, N, K]` as the halves
+/// [`split_matmul_into`] multiplies: `[1, 2N, K]` of `dtype` (f16 or bf16),
+/// rows `hi` then rows `lo`. A caller that multiplies the same weights
+/// again keeps them ([`halves_matmul_into`]; the MoE block's router).
+pub fn split_halves(w: &QuantWeights, dtype: DType) -> Result<QuantWeights> {
+    const OP: &str = "tc_split_gemm";
+    ensure(
+        w.format() == WeightFormat::Dense(DType::F32) && w.n_experts() == 1,
+        OP,
+        "w",
+        "one expert of dense f32 weights",
+        format!("{} experts of {}", w.n_experts(), w.format()),
+    )?;
+    let (n, k) = (w.rows(), w.cols());
+    let halves = super::split::split_hi_lo(w.data(), dtype)?.reshape(&[1, 2 * n, k])?;
+    QuantWeights::new(WeightFormat::Dense(dtype), 1, 2 * n, k, halves, None, None)
+}
+
+/// [`split_matmul_into`] with the halves made by [`split_halves`]: the same
+/// bits.
+pub fn halves_matmul_into(
+    x: &Tensor,
+    hl: &QuantWeights,
+    rows: TcRows<'_>,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "tc_split_gemm";
+    ensure(
+        hl.format() == WeightFormat::Dense(x.dtype())
+            && hl.n_experts() == 1
+            && hl.rows().is_multiple_of(2),
+        OP,
+        "halves",
+        format!("split halves of {} ([1, 2N, K])", x.dtype()),
+        format!(
+            "{} experts of {} with {} rows",
+            hl.n_experts(),
+            hl.format(),
+            hl.rows()
+        ),
+    )?;
+    let n = hl.rows() / 2;
+    run_kernel(
+        Kernel::Staged,
+        OP,
+        x,
+        [(hl, 0), (hl, n)],
         3,
         n,
         rows,

@@ -140,17 +140,58 @@ fn ra_arch(x: &Tensor) -> Option<crate::cuda::Arch> {
     }
 }
 
+/// The router's dense f32 weights split into hi/lo halves of an activation
+/// dtype, made once per block and dtype (split on every call they cost a
+/// kernel: 3 µs at qwen3-30b-a3b T = 64 and 512, H200 ncu). Filled only
+/// outside a CUDA graph capture (memory allocated during a capture belongs
+/// to the graph); a call under capture splits for itself, with the same
+/// bits.
+#[derive(Debug, Clone, Default)]
+pub struct RouterHalves {
+    bf16: std::sync::OnceLock<QuantWeights>,
+    f16: std::sync::OnceLock<QuantWeights>,
+}
+
+impl RouterHalves {
+    /// The halves of `w` for `dtype`, made now if need be; None under a
+    /// stream capture (or for a dtype without halves).
+    fn get(
+        &self,
+        w: &QuantWeights,
+        dtype: DType,
+        dev: &crate::cuda::CudaDevice,
+    ) -> Result<Option<&QuantWeights>> {
+        let cell = match dtype {
+            DType::Bf16 => &self.bf16,
+            DType::F16 => &self.f16,
+            _ => return Ok(None),
+        };
+        if let Some(h) = cell.get() {
+            return Ok(Some(h));
+        }
+        let status = dev
+            .stream()
+            .capture_status()
+            .map_err(crate::error::cuda_err("capture_status"))?;
+        if status != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Ok(None);
+        }
+        let h = tc_gemm::split_halves(w, dtype)?;
+        Ok(Some(cell.get_or_init(|| h)))
+    }
+}
+
 /// How the router matmul runs: on tensor cores where the weights reach the
 /// MMA exactly (dense weights of the activation dtype) or nearly so (dense
 /// f32 split into hi + lo halves, ≈16 bits), else on CUDA cores, so that
 /// rounding never moves a top-k choice more than the general path would.
-fn router_logits(w: &QuantWeights, x: &Tensor) -> Result<Tensor> {
+fn router_logits(w: &QuantWeights, x: &Tensor, halves: Option<&RouterHalves>) -> Result<Tensor> {
     let t = x.shape()[0];
-    let smem = crate::cuda::device(match x.device() {
+    let dev = crate::cuda::device(match x.device() {
         crate::Device::Cuda(n) => n,
         d => return Err(invalid("moe_tc", "x", "a CUDA tensor", d)),
-    })?
-    .smem_optin();
+    })?;
+    let smem = dev.smem_optin();
     // At every T measured the tensor cores won once single-expert tiles
     // filled the GPU and f32 weights came as split halves (H100, qwen3
     // graph ms, tensor-core path, router on CUDA cores vs tensor cores:
@@ -175,7 +216,15 @@ fn router_logits(w: &QuantWeights, x: &Tensor) -> Result<Tensor> {
         } else {
             out.clone()
         };
-        if w.format() == WeightFormat::Dense(DType::F32) {
+        let kept = match halves {
+            Some(h) if w.format() == WeightFormat::Dense(DType::F32) && w.n_experts() == 1 => {
+                h.get(w, x.dtype(), &dev)?
+            }
+            _ => None,
+        };
+        if let Some(hl) = kept {
+            tc_gemm::halves_matmul_into(x, hl, rows, &dst)?;
+        } else if w.format() == WeightFormat::Dense(DType::F32) {
             tc_gemm::split_matmul_into(x, w, rows, &dst)?;
         } else {
             tc_gemm::matmul_into(x, w, rows, &dst)?;
@@ -190,7 +239,14 @@ fn router_logits(w: &QuantWeights, x: &Tensor) -> Result<Tensor> {
 
 /// Runs the block on `x [T, H]` (f16/bf16 on CUDA) into `out` if given (as
 /// [`decode::forward`](super::decode::forward)); call where [`supports`] holds.
-pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(Routing, Tensor)> {
+/// The router's split halves are kept in `halves` where given (the MoE
+/// block's [`RouterHalves`]): the same bits as splitting them each call.
+pub fn forward(
+    p: &MoeBlockParts,
+    x: &Tensor,
+    out: Option<&Tensor>,
+    halves: Option<&RouterHalves>,
+) -> Result<(Routing, Tensor)> {
     const OP: &str = "moe_tc";
     if let Err(why) = supports(p, x) {
         return Err(invalid(
@@ -203,7 +259,7 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
     let (t, h) = (x.shape()[0], x.shape()[1]);
     let input = &p.ffn.input;
     let (xr, xe) = input.inputs_on(Backend::Cuda, x)?;
-    let logits = router_logits(&p.router_weight, &xr)?;
+    let logits = router_logits(&p.router_weight, &xr, halves)?;
     if let Some(b) = &p.ffn.bias.router {
         super::act::row_bias_add(&logits, b)?;
     }
