@@ -11,12 +11,12 @@ of kernel instances, tracks the A registers of each committed group, retires
 groups at `WARPGROUP.DEPBAR.LE gsb0, N`, and reports writes in between.
 Straight-line approximation: it follows the listing in address order.
 
-No GPU needed: NVRTC and nvdisasm from pip (nvidia-cuda-nvrtc,
+No GPU needed (CI runs the default sweep): NVRTC and nvdisasm from pip (nvidia-cuda-nvrtc,
 nvidia-cuda-nvdisasm; see README), instances built by the dump_cubin example.
 Usage (repository root):
   python3 scripts/wgmma_hazards.py                      # a default sweep
   python3 scripts/wgmma_hazards.py 'moekit::tc_ra<moekit::FmtQ4_K, __nv_bfloat16, 2, 64>'
-Exit status 1 when any instance has a hazard.
+Exit status 1 when any instance has a hazard or does not compile.
 """
 import os
 import re
@@ -90,7 +90,10 @@ def main():
         for e in exprs:
             r = subprocess.run(["target/debug/examples/dump_cubin", "tc_ra.cu", e, cubin], capture_output=True, text=True)
             if r.returncode != 0:
-                print(f"{e}: not an instance ({r.stderr.strip()[-120:]})")
+                # A sweep entry that no longer compiles (a renamed format)
+                # must not pass silently.
+                print(f"{e}: does not compile ({r.stderr.strip()[-120:]})")
+                bad += 1
                 continue
             sass = subprocess.run([nvdisasm(), "-c", cubin], capture_output=True, text=True).stdout
             h = hazards(sass)
