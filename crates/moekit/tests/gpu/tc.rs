@@ -694,7 +694,11 @@ fn block_is_deterministic_batch_invariant_and_graph_safe() {
     let fresh = block(f, 64, 8, 512, 256, true).to_device(gpu()).unwrap();
     let mut first = None;
     let graph = moekit::cuda::graph::capture(&dev, || {
-        first = Some(fresh.forward_with(Backend::Cuda, MoePath::TensorCore, &xg)?.out);
+        first = Some(
+            fresh
+                .forward_with(Backend::Cuda, MoePath::TensorCore, &xg)?
+                .out,
+        );
         Ok(())
     })
     .unwrap();
