@@ -154,7 +154,7 @@ template <typename F, typename T> struct RaStoredUnits<TcDecCodes<F, T>> { stati
 // (columns 128s + kc0 .. + 31, kc0 = 32 · (lane % 4)) at fixed strides from
 // span 0's, so a span's loads cost a pointer step each rather than
 // global_slice's column, group and bounds arithmetic (qwen3 affine4, 16-row
-// tiles: 502 → 434 instructions per two spans). Formats of units up to a
+// tiles: 502 → 443 instructions per two spans). Formats of units up to a
 // span wide hold whole units a span (the slice starts a unit, or lies at a
 // fixed column of one, e.g. NVFP4's 64); 256-wide super-blocks hold a span
 // in half a unit (unit s / 2, column 128 (s & 1) + kc0). Affine scales and

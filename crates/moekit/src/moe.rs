@@ -207,7 +207,7 @@ impl MoeBlock {
                     &self.p,
                     x,
                     dst.as_deref(),
-                    Some(&self.router_halves),
+                    &self.router_halves,
                 )?;
                 return Ok(MoeTrace { routing, out });
             }

@@ -185,7 +185,7 @@ impl RouterHalves {
 /// MMA exactly (dense weights of the activation dtype) or nearly so (dense
 /// f32 split into hi + lo halves, ≈16 bits), else on CUDA cores, so that
 /// rounding never moves a top-k choice more than the general path would.
-fn router_logits(w: &QuantWeights, x: &Tensor, halves: Option<&RouterHalves>) -> Result<Tensor> {
+fn router_logits(w: &QuantWeights, x: &Tensor, halves: &RouterHalves) -> Result<Tensor> {
     let t = x.shape()[0];
     let dev = crate::cuda::device(match x.device() {
         crate::Device::Cuda(n) => n,
@@ -216,11 +216,10 @@ fn router_logits(w: &QuantWeights, x: &Tensor, halves: Option<&RouterHalves>) ->
         } else {
             out.clone()
         };
-        let kept = match halves {
-            Some(h) if w.format() == WeightFormat::Dense(DType::F32) && w.n_experts() == 1 => {
-                h.get(w, x.dtype(), &dev)?
-            }
-            _ => None,
+        let kept = if w.format() == WeightFormat::Dense(DType::F32) && w.n_experts() == 1 {
+            halves.get(w, x.dtype(), &dev)?
+        } else {
+            None
         };
         if let Some(hl) = kept {
             tc_gemm::halves_matmul_into(x, hl, rows, &dst)?;
@@ -239,13 +238,13 @@ fn router_logits(w: &QuantWeights, x: &Tensor, halves: Option<&RouterHalves>) ->
 
 /// Runs the block on `x [T, H]` (f16/bf16 on CUDA) into `out` if given (as
 /// [`decode::forward`](super::decode::forward)); call where [`supports`] holds.
-/// The router's split halves are kept in `halves` where given (the MoE
-/// block's [`RouterHalves`]): the same bits as splitting them each call.
+/// The router's split halves are kept in `halves` (the MoE block's
+/// [`RouterHalves`]): the same bits as splitting them each call.
 pub fn forward(
     p: &MoeBlockParts,
     x: &Tensor,
     out: Option<&Tensor>,
-    halves: Option<&RouterHalves>,
+    halves: &RouterHalves,
 ) -> Result<(Routing, Tensor)> {
     const OP: &str = "moe_tc";
     if let Err(why) = supports(p, x) {
