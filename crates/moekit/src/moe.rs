@@ -213,6 +213,21 @@ impl MoeBlock {
             }
             _ => {}
         }
+        if backend == Backend::Cuda {
+            return self.run_general(backend, x, dst);
+        }
+        crate::cpu::in_pool(|| self.run_general(backend, x, dst))
+    }
+
+    /// The general path of [`run`](Self::run): router, routing, the routed
+    /// and shared experts by ops of `backend`.
+    fn run_general(
+        &self,
+        backend: Backend,
+        x: &Tensor,
+        dst: Option<&mut Tensor>,
+    ) -> Result<MoeTrace> {
+        const OP: &str = "forward";
         let h = self.hidden();
         ensure(
             x.shape()[1] == h,

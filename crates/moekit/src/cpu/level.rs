@@ -269,6 +269,20 @@ pub fn with_act_mode<R>(mode: ActMode, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` on a thread of rayon's global pool, with this thread's
+/// [`act_mode`]: called from outside the pool, the parallel ops `f` runs
+/// then start from a worker, so each of them costs no hand-over to the pool
+/// and back (a caller outside the pool sleeps and is woken once per op: at
+/// T = 1 the MoE block runs about eight of them). Inside the pool, `f` runs
+/// here.
+pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    let mode = act_mode();
+    rayon::scope(move |_| with_act_mode(mode, f))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +315,27 @@ mod tests {
                 assert_eq!(l, cap);
             }
         }
+    }
+
+    #[test]
+    fn in_pool_runs_on_a_worker_with_the_callers_mode() {
+        let (worker, mode) = with_act_mode(ActMode::Q8, || {
+            in_pool(|| (rayon::current_thread_index(), act_mode()))
+        });
+        assert!(worker.is_some(), "ran outside the pool");
+        assert_eq!(mode, ActMode::Q8);
+        let (worker, mode) = with_act_mode(ActMode::F32, || in_pool(|| (true, act_mode())));
+        assert!(worker);
+        assert_eq!(mode, ActMode::F32);
+        // From inside a pool: in place, on the calling worker.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let me = rayon::current_thread_index();
+            assert_eq!(in_pool(rayon::current_thread_index), me);
+        });
     }
 
     #[test]

@@ -9,6 +9,6 @@ mod level;
 pub(crate) mod reference;
 
 pub use level::{
-    act_mode, prefetch_distance, simd_level, with_act_mode, ActMode, SimdLevel, ACT_ENV, LEVEL_ENV,
-    PREFETCH_DEFAULT, PREFETCH_ENV,
+    act_mode, in_pool, prefetch_distance, simd_level, with_act_mode, ActMode, SimdLevel, ACT_ENV,
+    LEVEL_ENV, PREFETCH_DEFAULT, PREFETCH_ENV,
 };
