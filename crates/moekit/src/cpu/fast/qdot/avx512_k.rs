@@ -161,10 +161,93 @@ fn to_array4(v: __m128) -> [f32; RUN] {
     a
 }
 
+/// The loop invariants of [`q4_k`]: [`SCALE_PICK`]'s and [`NIBBLE_SHIFT`]'s
+/// vectors and the prefetch distance.
+struct K4Ctx {
+    pats: [__m512i; 4],
+    nib: __m512i,
+    pf: usize,
+}
+
+/// [`q4_k`]'s state of a weight row and `R` activation rows: the
+/// accumulators `A[0..4]`, and per block of the run its mins' products and
+/// `dmin·d_x`.
+struct K4State<const R: usize> {
+    acc: [[__m256; RUN]; R],
+    pm: [[__m128i; RUN]; R],
+    sm4: [[f32; RUN]; R],
+}
+
+/// Block `b` of a Q4_K row, the `i`-th of its run, into `A[i]` (and its
+/// mins' products into slot `i`). Called with `i` a constant of the
+/// unrolled runs, so the state stays in registers.
+#[inline(always)]
+fn k4_block<const R: usize>(
+    ctx: &K4Ctx,
+    rows: &Rows<'_, R>,
+    b: usize,
+    i: usize,
+    blk: &[u8; 144],
+    st: &mut K4State<R>,
+) -> Option<()> {
+    prefetch_span(blk, ctx.pf);
+    let sm = k4_scales_mins_vbmi(blk);
+    let (d, dmin) = f16_pair(blk);
+    // SAFETY: no memory is accessed; the level was detected.
+    let (sc_all, m16, m4, mut li) = unsafe {
+        (
+            _mm512_broadcast_i32x4(sm),
+            _mm_unpackhi_epi8(sm, _mm_setzero_si128()),
+            _mm512_set1_epi8(15),
+            [_mm512_setzero_si512(); R],
+        )
+    };
+    for (c, pat) in ctx.pats.iter().enumerate() {
+        // SAFETY: 16 + 32·4 = 144 bytes; the level was detected.
+        let (q, sc) = unsafe {
+            let q = chunk::<u8, 32>(blk, 16 + 32 * c);
+            let q = _mm512_broadcast_i64x4(_mm256_loadu_si256(q.as_ptr().cast()));
+            let q = _mm512_multishift_epi64_epi8(ctx.nib, q);
+            (_mm512_and_si512(q, m4), _mm512_shuffle_epi8(sc_all, *pat))
+        };
+        for ((l, y), p2) in li.iter_mut().zip(rows.y).zip(rows.pow2) {
+            let at = 256 * b + 64 * c;
+            // SAFETY: b < nb, and `rows` holds nb blocks.
+            let (y, p2) = unsafe { (chunk::<i8, 64>(y, at), chunk::<i16, 32>(p2, at / 2)) };
+            // The pair sums (≤ 2·15·127) times 2^shift (≤ 8) fit 16 bits.
+            // SAFETY: no memory is accessed; the level was detected.
+            unsafe {
+                let p = _mm512_maddubs_epi16(q, load512(y));
+                let p = _mm512_mullo_epi16(p, load512(p2));
+                *l = _mm512_dpwssd_epi32(*l, p, sc);
+            }
+        }
+    }
+    let rows_of = st.acc.iter_mut().zip(&mut st.pm).zip(&mut st.sm4).zip(li);
+    for (t, (((acc, pm), sm4), l)) in rows_of.enumerate() {
+        // SAFETY: b < nb, and `rows` holds nb blocks and scales.
+        let (dx, gsum) = unsafe { (*rows.d[t].get_unchecked(b), chunk(rows.gsum[t], 8 * b)) };
+        // The scale products as `block_scales` rounds them.
+        let (s_d, s_m) = (d * dx, dmin * dx);
+        // SAFETY: no memory is accessed; the level was detected.
+        let l =
+            unsafe { _mm256_add_epi32(_mm512_castsi512_si256(l), _mm512_extracti64x4_epi64(l, 1)) };
+        let a = acc.get_mut(i)?;
+        *a = fma_lanes(*a, splat(s_d), l);
+        *pm.get_mut(i)? = mins_madd(m16, gsum);
+        *sm4.get_mut(i)? = s_m;
+    }
+    Some(())
+}
+
 /// Q4_K: per 32-byte chunk (groups `2c` low, `2c + 1` high 256 bits),
 /// `vpmaddubsw(q, y)` times the pairs' `2^shift`, then `vpdpwssd` with the
-/// group scales into the super-block's lanes (two chains, the halves summed
-/// at its end: the same integers); the float part on 256 bits.
+/// group scales into the super-block's lanes (one chain of 4 `vpdpwssd`,
+/// its halves summed at the end: the same integers); the float part on 256
+/// bits. Runs of 4 super-blocks are unrolled ([`k4_block`] with constant
+/// slots), so the accumulators, the mins' products and `dmin·d_x` stay in
+/// registers (indexed by `b % 4` at run time they lived on the stack: in
+/// cache, 8.15 → 7.3 ns a super-block on a Zen 4 core, with the one chain).
 #[inline(always)]
 fn q4_k<const R: usize>(
     bytes: &[u8],
@@ -177,9 +260,11 @@ fn q4_k<const R: usize>(
     const BS: usize = 144;
     let nb = row_len / BS;
     let rows = Rows::new(acts, nb, false)?;
-    let pats = SCALE_PICK.each_ref().map(|p| load512(p));
-    let nib = load512(&NIBBLE_SHIFT);
-    let pf = prefetch_distance();
+    let ctx = K4Ctx {
+        pats: SCALE_PICK.each_ref().map(|p| load512(p)),
+        nib: load512(&NIBBLE_SHIFT),
+        pf: prefetch_distance(),
+    };
     each_row::<R>(
         bytes,
         row_len,
@@ -187,80 +272,41 @@ fn q4_k<const R: usize>(
         stride,
         #[inline(always)]
         |row, out| {
-            let mut acc = [[zero(); RUN]; R];
+            let acc = [[zero(); RUN]; R];
             // The offsets O[0..4] in the lanes of one vector; per run of 4
             // blocks, each block's `vpmaddwd` of its mins and sums and its
             // `dmin·d_x`, added when the run (or the row) ends.
             // SAFETY: no memory is accessed; the level was detected.
-            let (mut off, mut pm) =
-                unsafe { ([_mm_setzero_ps(); R], [[_mm_setzero_si128(); RUN]; R]) };
-            let mut sm4 = [[0f32; RUN]; R];
-            for (b, blk) in row.chunks_exact(BS).enumerate() {
-                let blk: &[u8; BS] = blk.try_into().ok()?;
-                prefetch_span(blk, pf);
-                let sm = k4_scales_mins_vbmi(blk);
-                let (d, dmin) = f16_pair(blk);
-                // SAFETY: no memory is accessed; the level was detected.
-                let (sc_all, m16, m4, mut li) = unsafe {
-                    (
-                        _mm512_broadcast_i32x4(sm),
-                        _mm_unpackhi_epi8(sm, _mm_setzero_si128()),
-                        _mm512_set1_epi8(15),
-                        [[_mm512_setzero_si512(); 2]; R],
-                    )
-                };
-                for (c, pat) in pats.iter().enumerate() {
-                    // SAFETY: 16 + 32·4 = 144 bytes; the level was detected.
-                    let (q, sc) = unsafe {
-                        let q = chunk::<u8, 32>(blk, 16 + 32 * c);
-                        let q = _mm512_broadcast_i64x4(_mm256_loadu_si256(q.as_ptr().cast()));
-                        let q = _mm512_multishift_epi64_epi8(nib, q);
-                        (_mm512_and_si512(q, m4), _mm512_shuffle_epi8(sc_all, *pat))
-                    };
-                    for ((l, y), p2) in li.iter_mut().zip(rows.y).zip(rows.pow2) {
-                        let at = 256 * b + 64 * c;
-                        // SAFETY: b < nb, and `rows` holds nb blocks.
-                        let (y, p2) =
-                            unsafe { (chunk::<i8, 64>(y, at), chunk::<i16, 32>(p2, at / 2)) };
-                        // The pair sums (≤ 2·15·127) times 2^shift (≤ 8) fit
-                        // 16 bits.
-                        // SAFETY: no memory is accessed; the level was detected.
-                        unsafe {
-                            let p = _mm512_maddubs_epi16(q, load512(y));
-                            let p = _mm512_mullo_epi16(p, load512(p2));
-                            l[c & 1] = _mm512_dpwssd_epi32(l[c & 1], p, sc);
-                        }
-                    }
+            let (mut off, pm) = unsafe { ([_mm_setzero_ps(); R], [[_mm_setzero_si128(); RUN]; R]) };
+            let sm4 = [[0f32; RUN]; R];
+            let mut st = K4State { acc, pm, sm4 };
+            let mut runs = row.chunks_exact(RUN * BS);
+            for (g, run) in runs.by_ref().enumerate() {
+                let run: &[u8; RUN * BS] = run.try_into().ok()?;
+                for i in 0..RUN {
+                    // SAFETY: i·BS + BS ≤ RUN·BS.
+                    let blk = unsafe { chunk::<u8, BS>(run, i * BS) };
+                    k4_block(&ctx, &rows, RUN * g + i, i, blk, &mut st)?;
                 }
-                let ends_run = b % RUN == RUN - 1 || b + 1 == nb;
-                let lanes = ((b % RUN) + 1) as u8;
-                let rows_of = acc
-                    .iter_mut()
-                    .zip(&mut off)
-                    .zip(&mut pm)
-                    .zip(&mut sm4)
-                    .zip(li);
-                for (t, ((((acc, off), pm), sm4), l)) in rows_of.enumerate() {
-                    // SAFETY: b < nb, and `rows` holds nb blocks and scales.
-                    let (dx, gsum) =
-                        unsafe { (*rows.d[t].get_unchecked(b), chunk(rows.gsum[t], 8 * b)) };
-                    // The scale products as `block_scales` rounds them.
-                    let (s_d, s_m) = (d * dx, dmin * dx);
-                    // SAFETY: no memory is accessed; the level was detected.
-                    let l = unsafe {
-                        let l = _mm512_add_epi32(l[0], l[1]);
-                        _mm256_add_epi32(_mm512_castsi512_si256(l), _mm512_extracti64x4_epi64(l, 1))
-                    };
-                    let a = acc.get_mut(b % RUN)?;
-                    *a = fma_lanes(*a, splat(s_d), l);
-                    *pm.get_mut(b % RUN)? = mins_madd(m16, gsum);
-                    *sm4.get_mut(b % RUN)? = s_m;
-                    if ends_run {
-                        *off = add_mins(*off, pm, sm4, lanes);
-                    }
+                for ((off, pm), sm4) in off.iter_mut().zip(&st.pm).zip(&st.sm4) {
+                    *off = add_mins(*off, pm, sm4, RUN as u8);
                 }
             }
-            for ((o, acc), off) in out.iter_mut().zip(acc).zip(off) {
+            let rest = runs.remainder();
+            let n_rest = rest.len() / BS;
+            if n_rest > 0 {
+                let b0 = nb - n_rest;
+                for i in 0..RUN {
+                    if i < n_rest {
+                        let blk: &[u8; BS] = rest.get(i * BS..(i + 1) * BS)?.try_into().ok()?;
+                        k4_block(&ctx, &rows, b0 + i, i, blk, &mut st)?;
+                    }
+                }
+                for ((off, pm), sm4) in off.iter_mut().zip(&st.pm).zip(&st.sm4) {
+                    *off = add_mins(*off, pm, sm4, n_rest as u8);
+                }
+            }
+            for ((o, acc), off) in out.iter_mut().zip(st.acc).zip(off) {
                 *o = finish_regs(acc, offsets(&to_array4(off)));
             }
             Some(())
