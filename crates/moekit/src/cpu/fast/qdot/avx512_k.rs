@@ -35,7 +35,7 @@ use super::avx512::load512;
 use super::x86::{
     f16_pair, fma_lanes, load256, prefetch_distance, prefetch_span, splat, zero, Avx512Vnni, Dot,
 };
-use super::{chunk, each_row, offsets, QRow, Rows, RUN};
+use super::{chunk, each_row, in_runs, offsets, QRow, Rows, RUN};
 use std::arch::x86_64::*;
 
 // This file's kernels as Runs inside their level (`level_run!`, qdot/mod.rs).
@@ -170,12 +170,14 @@ struct K4Ctx {
 }
 
 /// [`q4_k`]'s state of a weight row and `R` activation rows: the
-/// accumulators `A[0..4]`, and per block of the run its mins' products and
-/// `dmin·d_x`.
+/// accumulators `A[0..4]`, per block of the run its mins' products and
+/// `dmin·d_x`, and the offsets.
 struct K4State<const R: usize> {
     acc: [[__m256; RUN]; R],
     pm: [[__m128i; RUN]; R],
     sm4: [[f32; RUN]; R],
+    /// The offsets `O[0..4]` in the lanes of one vector.
+    off: [__m128; R],
 }
 
 /// Block `b` of a Q4_K row, the `i`-th of its run, into `A[i]` (and its
@@ -272,41 +274,32 @@ fn q4_k<const R: usize>(
         stride,
         #[inline(always)]
         |row, out| {
-            let acc = [[zero(); RUN]; R];
             // The offsets O[0..4] in the lanes of one vector; per run of 4
             // blocks, each block's `vpmaddwd` of its mins and sums and its
             // `dmin·d_x`, added when the run (or the row) ends.
             // SAFETY: no memory is accessed; the level was detected.
-            let (mut off, pm) = unsafe { ([_mm_setzero_ps(); R], [[_mm_setzero_si128(); RUN]; R]) };
-            let sm4 = [[0f32; RUN]; R];
-            let mut st = K4State { acc, pm, sm4 };
-            let mut runs = row.chunks_exact(RUN * BS);
-            for (g, run) in runs.by_ref().enumerate() {
-                let run: &[u8; RUN * BS] = run.try_into().ok()?;
-                for i in 0..RUN {
-                    // SAFETY: i·BS + BS ≤ RUN·BS.
-                    let blk = unsafe { chunk::<u8, BS>(run, i * BS) };
-                    k4_block(&ctx, &rows, RUN * g + i, i, blk, &mut st)?;
-                }
-                for ((off, pm), sm4) in off.iter_mut().zip(&st.pm).zip(&st.sm4) {
-                    *off = add_mins(*off, pm, sm4, RUN as u8);
-                }
-            }
-            let rest = runs.remainder();
-            let n_rest = rest.len() / BS;
-            if n_rest > 0 {
-                let b0 = nb - n_rest;
-                for i in 0..RUN {
-                    if i < n_rest {
-                        let blk: &[u8; BS] = rest.get(i * BS..(i + 1) * BS)?.try_into().ok()?;
-                        k4_block(&ctx, &rows, b0 + i, i, blk, &mut st)?;
+            let (off, pm) = unsafe { ([_mm_setzero_ps(); R], [[_mm_setzero_si128(); RUN]; R]) };
+            let mut st = K4State {
+                acc: [[zero(); RUN]; R],
+                pm,
+                sm4: [[0f32; RUN]; R],
+                off,
+            };
+            in_runs(
+                row,
+                BS,
+                &mut st,
+                #[inline(always)]
+                |st, b, i, blk| k4_block(&ctx, &rows, b, i, blk.try_into().ok()?, st),
+                #[inline(always)]
+                |st, n| {
+                    for ((off, pm), sm4) in st.off.iter_mut().zip(&st.pm).zip(&st.sm4) {
+                        *off = add_mins(*off, pm, sm4, n as u8);
                     }
-                }
-                for ((off, pm), sm4) in off.iter_mut().zip(&st.pm).zip(&st.sm4) {
-                    *off = add_mins(*off, pm, sm4, n_rest as u8);
-                }
-            }
-            for ((o, acc), off) in out.iter_mut().zip(st.acc).zip(off) {
+                    Some(())
+                },
+            )?;
+            for ((o, acc), off) in out.iter_mut().zip(st.acc).zip(st.off) {
                 *o = finish_regs(acc, offsets(&to_array4(off)));
             }
             Some(())
@@ -420,69 +413,80 @@ fn q3_k<const R: usize>(
         #[inline(always)]
         |row, out| {
             let mut acc = [[zero(); RUN]; R];
-            for (b, blk) in row.chunks_exact(BS).enumerate() {
-                let blk: &[u8; BS] = blk.try_into().ok()?;
-                prefetch_span(blk, pf);
-                let sc = q3k_scales_vbmi(blk);
-                // SAFETY: bytes 108..110 of the block, no other memory; the
-                // level was detected.
-                let (d, sc, mut li) = unsafe {
-                    let h = u16::from_le_bytes([blk[108], blk[109]]);
-                    let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))));
-                    (
-                        d,
-                        _mm512_castsi256_si512(sc),
-                        [[_mm512_setzero_si512(); 2]; R],
-                    )
-                };
-                for (p, (pick, sh)) in picks.iter().zip(&shifts).enumerate() {
-                    // SAFETY: bytes 0..32 and 32 + 32·(p/2)..+32 of the block;
-                    // the level was detected.
-                    let (q, neg, s16) = unsafe {
-                        let hm = chunk::<u8, 32>(blk, 0);
-                        let qs = chunk::<u8, 32>(blk, 32 + 32 * (p / 2));
-                        let hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(hm.as_ptr().cast()));
-                        let qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.as_ptr().cast()));
-                        let lo = _mm512_multishift_epi64_epi8(sh[0], qs);
-                        let hi = _mm512_multishift_epi64_epi8(sh[1], hm);
-                        let hi = _mm512_and_si512(hi, _mm512_set1_epi8(4));
-                        let u = _mm512_ternarylogic_epi32::<0xEA>(lo, _mm512_set1_epi8(3), hi);
-                        let q = _mm512_sub_epi8(u, _mm512_set1_epi8(4));
+            in_runs(
+                row,
+                BS,
+                &mut acc,
+                #[inline(always)]
+                |acc, b, i, blk| {
+                    let blk: &[u8; BS] = blk.try_into().ok()?;
+                    prefetch_span(blk, pf);
+                    let sc = q3k_scales_vbmi(blk);
+                    // SAFETY: bytes 108..110 of the block, no other memory; the
+                    // level was detected.
+                    let (d, sc, mut li) = unsafe {
+                        let h = u16::from_le_bytes([blk[108], blk[109]]);
+                        let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))));
                         (
-                            _mm512_abs_epi8(q),
-                            _mm512_movepi8_mask(q),
-                            _mm512_permutexvar_epi16(*pick, sc),
+                            d,
+                            _mm512_castsi256_si512(sc),
+                            [[_mm512_setzero_si512(); 2]; R],
                         )
                     };
-                    for ((l, y), p2) in li.iter_mut().zip(rows.y).zip(rows.pow2) {
-                        let at = 256 * b + 64 * p;
-                        // SAFETY: b < nb, and `rows` holds nb blocks.
-                        let (y, p2) =
-                            unsafe { (chunk::<i8, 64>(y, at), chunk::<i16, 32>(p2, at / 2)) };
-                        // |q|·(±y): the pair sums (≤ 2·4·127) times 2^shift
-                        // (≤ 16) fit 16 bits.
-                        // SAFETY: no memory is accessed; the level was detected.
-                        unsafe {
-                            let y = load512(y);
-                            let y = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-                            let pr = _mm512_maddubs_epi16(q, y);
-                            let pr = _mm512_mullo_epi16(pr, load512(p2));
-                            l[p & 1] = _mm512_dpwssd_epi32(l[p & 1], pr, s16);
+                    for (p, (pick, sh)) in picks.iter().zip(&shifts).enumerate() {
+                        // SAFETY: bytes 0..32 and 32 + 32·(p/2)..+32 of the block;
+                        // the level was detected.
+                        let (q, neg, s16) = unsafe {
+                            let hm = chunk::<u8, 32>(blk, 0);
+                            let qs = chunk::<u8, 32>(blk, 32 + 32 * (p / 2));
+                            let hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(hm.as_ptr().cast()));
+                            let qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(qs.as_ptr().cast()));
+                            let lo = _mm512_multishift_epi64_epi8(sh[0], qs);
+                            let hi = _mm512_multishift_epi64_epi8(sh[1], hm);
+                            let hi = _mm512_and_si512(hi, _mm512_set1_epi8(4));
+                            let u = _mm512_ternarylogic_epi32::<0xEA>(lo, _mm512_set1_epi8(3), hi);
+                            let q = _mm512_sub_epi8(u, _mm512_set1_epi8(4));
+                            (
+                                _mm512_abs_epi8(q),
+                                _mm512_movepi8_mask(q),
+                                _mm512_permutexvar_epi16(*pick, sc),
+                            )
+                        };
+                        for ((l, y), p2) in li.iter_mut().zip(rows.y).zip(rows.pow2) {
+                            let at = 256 * b + 64 * p;
+                            // SAFETY: b < nb, and `rows` holds nb blocks.
+                            let (y, p2) =
+                                unsafe { (chunk::<i8, 64>(y, at), chunk::<i16, 32>(p2, at / 2)) };
+                            // |q|·(±y): the pair sums (≤ 2·4·127) times 2^shift
+                            // (≤ 16) fit 16 bits.
+                            // SAFETY: no memory is accessed; the level was detected.
+                            unsafe {
+                                let y = load512(y);
+                                let y = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+                                let pr = _mm512_maddubs_epi16(q, y);
+                                let pr = _mm512_mullo_epi16(pr, load512(p2));
+                                l[p & 1] = _mm512_dpwssd_epi32(l[p & 1], pr, s16);
+                            }
                         }
                     }
-                }
-                for (t, (acc, l)) in acc.iter_mut().zip(li).enumerate() {
-                    // SAFETY: b < nb, and `rows` holds nb scales.
-                    let dx = unsafe { *rows.d[t].get_unchecked(b) };
-                    // SAFETY: no memory is accessed; the level was detected.
-                    let l = unsafe {
-                        let l = _mm512_add_epi32(l[0], l[1]);
-                        _mm256_add_epi32(_mm512_castsi512_si256(l), _mm512_extracti64x4_epi64(l, 1))
-                    };
-                    let a = acc.get_mut(b % RUN)?;
-                    *a = fma_lanes(*a, splat(d * dx), l);
-                }
-            }
+                    for (t, (acc, l)) in acc.iter_mut().zip(li).enumerate() {
+                        // SAFETY: b < nb, and `rows` holds nb scales.
+                        let dx = unsafe { *rows.d[t].get_unchecked(b) };
+                        // SAFETY: no memory is accessed; the level was detected.
+                        let l = unsafe {
+                            let l = _mm512_add_epi32(l[0], l[1]);
+                            _mm256_add_epi32(
+                                _mm512_castsi512_si256(l),
+                                _mm512_extracti64x4_epi64(l, 1),
+                            )
+                        };
+                        let a = acc.get_mut(i)?;
+                        *a = fma_lanes(*a, splat(d * dx), l);
+                    }
+                    Some(())
+                },
+                |_, _| Some(()),
+            )?;
             for (o, acc) in out.iter_mut().zip(acc) {
                 *o = finish_regs(acc, offsets(&[0f32; RUN]));
             }

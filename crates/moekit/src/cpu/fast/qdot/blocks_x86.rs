@@ -35,7 +35,8 @@ use super::x86::{
 };
 use super::ymm::scale_lanes;
 use super::{
-    add_block_scaled, add_offset, chunk, each_row, finish, offsets, Acc, QRow, Rows, Run, RUN,
+    add_block_scaled, add_offset, chunk, each_row, finish, in_runs, offsets, Acc, QRow, Rows, Run,
+    RUN,
 };
 use crate::cpu::SimdLevel;
 use crate::error::Result;
@@ -362,65 +363,78 @@ fn super_blocks<B: SuperBlockX86, D: Dot, const R: usize>(
         stride,
         #[inline(always)]
         |row, out| {
-            let mut acc = [[super::x86::zero(); RUN]; R];
-            let mut off = [[0f32; RUN]; R];
-            for (b, blk) in row.chunks_exact(B::BS).enumerate() {
-                prefetch_at(blk, 0, B::BS, pf);
-                let meta = B::meta(blk)?;
-                // SAFETY: `meta.sc` is 32 readable bytes; the level was
-                // detected.
-                let (sc_lo, sc_hi) = unsafe {
-                    let p = meta.sc.as_ptr();
-                    (
-                        _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast())),
-                        _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(8).cast())),
-                    )
-                };
-                // Two integer accumulators per row (alternate chunks).
-                // SAFETY: no memory is accessed; the level was detected.
-                let mut li = [[unsafe { _mm256_setzero_si256() }; 2]; R];
-                for c in 0..8 {
-                    let u = B::chunk_ymm(blk, c)?;
-                    // Centred codes: signed.
-                    let u = if B::CENTRE == 0 {
-                        u
-                    } else {
-                        centre(u, B::CENTRE)
+            let acc = [[super::x86::zero(); RUN]; R];
+            let off = [[0f32; RUN]; R];
+            let mut st = (acc, off);
+            in_runs(
+                row,
+                B::BS,
+                &mut st,
+                #[inline(always)]
+                |(acc, off), b, i, blk| {
+                    prefetch_at(blk, 0, B::BS, pf);
+                    let meta = B::meta(blk)?;
+                    // SAFETY: `meta.sc` is 32 readable bytes; the level was
+                    // detected.
+                    let (sc_lo, sc_hi) = unsafe {
+                        let p = meta.sc.as_ptr();
+                        (
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast())),
+                            _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(8).cast())),
+                        )
                     };
-                    let half = if c < 4 { sc_lo } else { sc_hi };
-                    // SAFETY: no memory is accessed but the pattern; the
-                    // level was detected.
-                    let s16 = unsafe { _mm256_shuffle_epi8(half, load256(&PAIR_SHUF[c % 4])) };
-                    let at = 256 * b + 32 * c;
-                    for (l, (y, p2)) in li.iter_mut().zip(rows.y.iter().zip(rows.pow2)) {
-                        // SAFETY: b < nb, and `rows` holds nb blocks; the
-                        // pair sums times 2^shift fit 16 bits (the kind's
-                        // largest shift); the level was detected.
-                        let p = unsafe {
-                            let y = load256(chunk(y, at));
-                            let pairs = if B::CENTRE == 0 {
-                                _mm256_maddubs_epi16(u, y)
-                            } else {
-                                _mm256_maddubs_epi16(_mm256_abs_epi8(u), _mm256_sign_epi8(y, u))
-                            };
-                            _mm256_mullo_epi16(pairs, load_x16(chunk(p2, at / 2)))
-                        };
-                        l[c & 1] = D::dpwssd(l[c & 1], p, s16);
-                    }
-                }
-                for (t, ((acc, off), l)) in acc.iter_mut().zip(&mut off).zip(li).enumerate() {
-                    // SAFETY: b < nb, and `rows` holds nb blocks and scales.
-                    let (dx, hs) =
-                        unsafe { (*rows.d[t].get_unchecked(b), chunk(rows.hsum[t], 16 * b)) };
+                    // One integer accumulator per row: a chain of 8
+                    // `vpdpwssd` (two chains and their sum measured slower:
+                    // the compiler split the first of each into
+                    // `vpmaddwd` + `vpaddd`).
                     // SAFETY: no memory is accessed; the level was detected.
-                    let l = unsafe { _mm256_add_epi32(l[0], l[1]) };
-                    let a = acc.get_mut(b % RUN)?;
-                    *a = fma_lanes(*a, splat(meta.d * dx), l);
-                    if B::CENTRE == 0 {
-                        add_offset(off, b, meta.f * dx, dot16(&meta.om, hs) as f32);
+                    let mut li = [unsafe { _mm256_setzero_si256() }; R];
+                    for c in 0..8 {
+                        let u = B::chunk_ymm(blk, c)?;
+                        // Centred codes: signed.
+                        let u = if B::CENTRE == 0 {
+                            u
+                        } else {
+                            centre(u, B::CENTRE)
+                        };
+                        let half = if c < 4 { sc_lo } else { sc_hi };
+                        // SAFETY: no memory is accessed but the pattern; the
+                        // level was detected.
+                        let s16 = unsafe { _mm256_shuffle_epi8(half, load256(&PAIR_SHUF[c % 4])) };
+                        let at = 256 * b + 32 * c;
+                        for (l, (y, p2)) in li.iter_mut().zip(rows.y.iter().zip(rows.pow2)) {
+                            // SAFETY: b < nb, and `rows` holds nb blocks; the
+                            // pair sums times 2^shift fit 16 bits (the kind's
+                            // largest shift); the level was detected.
+                            let p = unsafe {
+                                let y = load256(chunk(y, at));
+                                let pairs = if B::CENTRE == 0 {
+                                    _mm256_maddubs_epi16(u, y)
+                                } else {
+                                    _mm256_maddubs_epi16(_mm256_abs_epi8(u), _mm256_sign_epi8(y, u))
+                                };
+                                _mm256_mullo_epi16(pairs, load_x16(chunk(p2, at / 2)))
+                            };
+                            *l = D::dpwssd(*l, p, s16);
+                        }
                     }
-                }
-            }
+                    for (t, ((acc, off), l)) in
+                        acc.iter_mut().zip(off.iter_mut()).zip(li).enumerate()
+                    {
+                        // SAFETY: b < nb, and `rows` holds nb blocks and scales.
+                        let (dx, hs) =
+                            unsafe { (*rows.d[t].get_unchecked(b), chunk(rows.hsum[t], 16 * b)) };
+                        let a = acc.get_mut(i)?;
+                        *a = fma_lanes(*a, splat(meta.d * dx), l);
+                        if B::CENTRE == 0 {
+                            add_offset(off, i, meta.f * dx, dot16(&meta.om, hs) as f32);
+                        }
+                    }
+                    Some(())
+                },
+                |_, _| Some(()),
+            )?;
+            let (acc, off) = st;
             for ((o, acc), off) in out.iter_mut().zip(acc).zip(off) {
                 *o = finish(&acc_of(acc), offsets(&off));
             }

@@ -294,6 +294,48 @@ fn each_row<const R: usize>(
     Some(())
 }
 
+/// Calls `block(st, b, i, bytes)` on each `bs`-byte block `b` of `row`,
+/// with `i = b % RUN` a constant of the unrolled runs (so what a kernel
+/// keeps per slot `i` of `st` — the accumulators `A[b % 4]`, offsets — can
+/// stay in registers: indexed at run time it lives on the stack, a store
+/// and a reload per block), then `end(st, n)` after each run of `n` blocks
+/// (`n < RUN` only for the last; a trailing partial block is not a block).
+/// `None` if a call fails or `bs` is 0.
+#[inline(always)]
+fn in_runs<S>(
+    row: &[u8],
+    bs: usize,
+    st: &mut S,
+    mut block: impl FnMut(&mut S, usize, usize, &[u8]) -> Option<()>,
+    mut end: impl FnMut(&mut S, usize) -> Option<()>,
+) -> Option<()> {
+    if bs == 0 {
+        return None;
+    }
+    let mut runs = row.chunks_exact(RUN * bs);
+    let mut b0 = 0;
+    for run in runs.by_ref() {
+        for i in 0..RUN {
+            // SAFETY: `run` holds RUN·bs bytes (chunks_exact).
+            let blk = unsafe { run.get_unchecked(i * bs..(i + 1) * bs) };
+            block(st, b0 + i, i, blk)?;
+        }
+        end(st, RUN)?;
+        b0 += RUN;
+    }
+    let rest = runs.remainder();
+    let n = rest.len() / bs;
+    if n > 0 {
+        for i in 0..RUN {
+            if i < n {
+                block(st, b0 + i, i, rest.get(i * bs..(i + 1) * bs)?)?;
+            }
+        }
+        end(st, n)?;
+    }
+    Some(())
+}
+
 /// The data of the `R` activation rows of a kernel call, with lengths
 /// checked once for `nb` blocks (so the kernels index them with [`chunk`]).
 #[derive(Clone, Copy)]

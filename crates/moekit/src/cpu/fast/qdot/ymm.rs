@@ -30,7 +30,8 @@ use super::x86::{
     zero, Dot,
 };
 use super::{
-    add_block_scaled, add_offset, chunk, each_row, finish, offsets, Acc, QRow, Rows, Run, RUN,
+    add_block_scaled, add_offset, chunk, each_row, finish, in_runs, offsets, Acc, QRow, Rows, Run,
+    RUN,
 };
 use crate::format::ggml::GgmlType;
 use std::arch::x86_64::*;
@@ -276,65 +277,77 @@ fn q4_k<D: Dot, const R: usize>(
         stride,
         #[inline(always)]
         |row, out| {
-            let mut acc = [[zero(); RUN]; R];
-            let mut off = [[0f32; RUN]; R];
-            for (b, blk) in row.chunks_exact(BS).enumerate() {
-                let blk: &[u8; BS] = blk.try_into().ok()?;
-                prefetch_span(blk, pf);
-                let (sc16, m) = k4_scales16(blk);
-                let (d, dmin) = f16_pair(blk);
-                // Two integer accumulators (low and high nibbles) per row:
-                // two chains (exact; summed at the end).
-                // SAFETY: no memory is accessed; the level was detected.
-                let mut li = [[unsafe { _mm256_setzero_si256() }; 2]; R];
-                for c in 0..4 {
-                    // SAFETY: 16 + 32·4 = 144 bytes.
-                    let (lo, hi) = nibbles(load256(unsafe { chunk(blk, 16 + 32 * c) }));
-                    let (s_lo, s_hi) = (group_scale(sc16, 2 * c), group_scale(sc16, 2 * c + 1));
-                    for ((l, y), p2) in li.iter_mut().zip(rows.y).zip(rows.pow2) {
-                        let at = 256 * b + 64 * c;
-                        // SAFETY: b < nb, and `rows` holds nb blocks.
-                        let (y0, y1, p0, p1) = unsafe {
-                            (
-                                chunk(y, at),
-                                chunk(y, at + 32),
-                                chunk(p2, at / 2),
-                                chunk(p2, at / 2 + 16),
-                            )
-                        };
-                        // The pair sums (≤ 2·15·127) times 2^shift (≤ 8) fit
-                        // 16 bits.
-                        // SAFETY: no memory is accessed; the level was
-                        // detected.
-                        let (p_lo, p_hi) = unsafe {
-                            (
-                                _mm256_mullo_epi16(
-                                    _mm256_maddubs_epi16(lo, load256(y0)),
-                                    load_x16(p0),
-                                ),
-                                _mm256_mullo_epi16(
-                                    _mm256_maddubs_epi16(hi, load256(y1)),
-                                    load_x16(p1),
-                                ),
-                            )
-                        };
-                        l[0] = D::dpwssd(l[0], p_lo, s_lo);
-                        l[1] = D::dpwssd(l[1], p_hi, s_hi);
-                    }
-                }
-                for (t, ((acc, off), l)) in acc.iter_mut().zip(&mut off).zip(li).enumerate() {
-                    // SAFETY: b < nb, and `rows` holds nb blocks and scales.
-                    let (dx, gsum) =
-                        unsafe { (*rows.d[t].get_unchecked(b), chunk(rows.gsum[t], 8 * b)) };
-                    // The scale products as `block_scales` rounds them.
-                    let (s_d, s_m) = (d * dx, dmin * dx);
+            let acc = [[zero(); RUN]; R];
+            let off = [[0f32; RUN]; R];
+            let mut st = (acc, off);
+            in_runs(
+                row,
+                BS,
+                &mut st,
+                #[inline(always)]
+                |(acc, off), b, i, blk| {
+                    let blk: &[u8; BS] = blk.try_into().ok()?;
+                    prefetch_span(blk, pf);
+                    let (sc16, m) = k4_scales16(blk);
+                    let (d, dmin) = f16_pair(blk);
+                    // Two integer accumulators (low and high nibbles) per row:
+                    // two chains (exact; summed at the end).
                     // SAFETY: no memory is accessed; the level was detected.
-                    let l = unsafe { _mm256_add_epi32(l[0], l[1]) };
-                    let a = acc.get_mut(b % RUN)?;
-                    *a = fma_lanes(*a, splat(s_d), l);
-                    add_offset(off, b, s_m, k4_mins(&m, gsum) as f32);
-                }
-            }
+                    let mut li = [[unsafe { _mm256_setzero_si256() }; 2]; R];
+                    for c in 0..4 {
+                        // SAFETY: 16 + 32·4 = 144 bytes.
+                        let (lo, hi) = nibbles(load256(unsafe { chunk(blk, 16 + 32 * c) }));
+                        let (s_lo, s_hi) = (group_scale(sc16, 2 * c), group_scale(sc16, 2 * c + 1));
+                        for ((l, y), p2) in li.iter_mut().zip(rows.y).zip(rows.pow2) {
+                            let at = 256 * b + 64 * c;
+                            // SAFETY: b < nb, and `rows` holds nb blocks.
+                            let (y0, y1, p0, p1) = unsafe {
+                                (
+                                    chunk(y, at),
+                                    chunk(y, at + 32),
+                                    chunk(p2, at / 2),
+                                    chunk(p2, at / 2 + 16),
+                                )
+                            };
+                            // The pair sums (≤ 2·15·127) times 2^shift (≤ 8) fit
+                            // 16 bits.
+                            // SAFETY: no memory is accessed; the level was
+                            // detected.
+                            let (p_lo, p_hi) = unsafe {
+                                (
+                                    _mm256_mullo_epi16(
+                                        _mm256_maddubs_epi16(lo, load256(y0)),
+                                        load_x16(p0),
+                                    ),
+                                    _mm256_mullo_epi16(
+                                        _mm256_maddubs_epi16(hi, load256(y1)),
+                                        load_x16(p1),
+                                    ),
+                                )
+                            };
+                            l[0] = D::dpwssd(l[0], p_lo, s_lo);
+                            l[1] = D::dpwssd(l[1], p_hi, s_hi);
+                        }
+                    }
+                    for (t, ((acc, off), l)) in
+                        acc.iter_mut().zip(off.iter_mut()).zip(li).enumerate()
+                    {
+                        // SAFETY: b < nb, and `rows` holds nb blocks and scales.
+                        let (dx, gsum) =
+                            unsafe { (*rows.d[t].get_unchecked(b), chunk(rows.gsum[t], 8 * b)) };
+                        // The scale products as `block_scales` rounds them.
+                        let (s_d, s_m) = (d * dx, dmin * dx);
+                        // SAFETY: no memory is accessed; the level was detected.
+                        let l = unsafe { _mm256_add_epi32(l[0], l[1]) };
+                        let a = acc.get_mut(i)?;
+                        *a = fma_lanes(*a, splat(s_d), l);
+                        add_offset(off, i, s_m, k4_mins(&m, gsum) as f32);
+                    }
+                    Some(())
+                },
+                |_, _| Some(()),
+            )?;
+            let (acc, off) = st;
             for ((o, acc), off) in out.iter_mut().zip(acc).zip(off) {
                 *o = finish(&acc_of(acc), offsets(&off));
             }
