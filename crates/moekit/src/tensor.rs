@@ -58,9 +58,54 @@ impl AsRef<[u8]> for External {
     }
 }
 
+/// Owned host buffers from this size on ask for transparent huge pages.
+pub const HUGE_PAGES_MIN: usize = 4 << 20;
+
+/// Environment variable: `0` turns [`advise_huge_pages`] off (read once).
+pub const HUGE_PAGES_ENV: &str = "MOEKIT_HUGE_PAGES";
+
+/// Asks the kernel (`madvise(MADV_HUGEPAGE)`) to back the whole 2 MiB pages
+/// inside `buf` with transparent huge pages, where the system's THP mode is
+/// `madvise` (the mode `always` needs no advice; `never` ignores it). The
+/// CPU kernels stream expert weights: with 4 KiB pages a core misses the
+/// TLB every 4 KiB of a row walk. On a 2-core Zen 4 VM (THP mode
+/// `madvise`, qwen3-30b-a3b on synthetic weights, 2 threads, 4 alternating
+/// rounds) the advice took Q4_0 T = 1 / 8 from 0.89 / 7.54 to 0.80 / 6.77
+/// ms, Q4_K from 0.93 / 7.02 to 0.81 / 6.57, Q8_0 T = 8 9.9 → 9.4. A hint:
+/// an error (an old kernel, THP off) changes nothing, and the memory stays
+/// valid either way. Weights mapped from a file (a GGUF or safetensors
+/// checkpoint, used in place) stay on the page cache's 4 KiB pages.
+/// [`HUGE_PAGES_ENV`] turns the advice off.
+pub fn advise_huge_pages(buf: &[u8]) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var(HUGE_PAGES_ENV).map_or(true, |v| v.trim() != "0"));
+    if !on {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = (buf.as_ptr() as usize).next_multiple_of(HUGE);
+        let end = (buf.as_ptr() as usize + buf.len()) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: `start..end` lies inside `buf` (rounded inwards to
+            // whole 2 MiB pages), memory this process maps; MADV_HUGEPAGE
+            // only changes how the kernel backs it, not its contents or
+            // validity.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = buf;
+}
+
 impl Clone for Bytes {
     fn clone(&self) -> Bytes {
         match self {
+            // A large copy asks for huge pages too (`Bytes::zeroed`).
+            Bytes::Owned { len, .. } if *len >= HUGE_PAGES_MIN => Bytes::copy_from(self.as_slice()),
             Bytes::Owned { words, len } => Bytes::Owned {
                 words: words.clone(),
                 len: *len,
@@ -78,12 +123,15 @@ impl Clone for Bytes {
 }
 
 impl Bytes {
-    /// `len` zero bytes, owned.
+    /// `len` zero bytes, owned. On Linux, a buffer of at least
+    /// [`HUGE_PAGES_MIN`] bytes is advised to transparent huge pages before
+    /// its first write (see [`advise_huge_pages`]).
     pub fn zeroed(len: usize) -> Bytes {
-        Bytes::Owned {
-            words: vec![0u64; len.div_ceil(8)],
-            len,
+        let words = vec![0u64; len.div_ceil(8)];
+        if len >= HUGE_PAGES_MIN {
+            advise_huge_pages(bytemuck::cast_slice(&words));
         }
+        Bytes::Owned { words, len }
     }
 
     /// A copy of `src`, owned and aligned.
@@ -533,6 +581,32 @@ pub fn widen<T: Float>(v: &[T]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_owned_bytes_are_advised_and_clone_equal() {
+        // Below, at and above the advised size, and a buffer with no whole
+        // 2 MiB page in it: contents as written, clones equal and owned.
+        for len in [
+            0,
+            1,
+            4097,
+            HUGE_PAGES_MIN - 1,
+            HUGE_PAGES_MIN,
+            HUGE_PAGES_MIN + 12345,
+        ] {
+            let mut b = Bytes::zeroed(len);
+            assert_eq!(b.len(), len);
+            assert!(b.as_slice().iter().all(|&v| v == 0));
+            for (i, v) in b.make_mut().iter_mut().enumerate() {
+                *v = (i % 251) as u8;
+            }
+            let c = b.clone();
+            assert!(matches!(c, Bytes::Owned { .. }));
+            assert_eq!(c.as_slice(), b.as_slice(), "len {len}");
+        }
+        advise_huge_pages(&[]);
+        advise_huge_pages(&[1, 2, 3]);
+    }
 
     #[test]
     fn roundtrip_and_reshape() {
