@@ -54,7 +54,6 @@ fn has_fused_kernel(f: WeightFormat) -> bool {
                     | GgmlType::IQ1_M
                     | GgmlType::TQ1_0
                     | GgmlType::TQ2_0
-                    | GgmlType::NVFP4
             )
     )
 }

@@ -102,13 +102,14 @@ pub fn ue4m3_to_f32_half(x: u8) -> f32 {
     if x == 0 || x == 0x7F {
         return 0.0;
     }
-    let (e, m) = (i32::from((x >> 3) & 0x0F), f32::from(x & 7));
-    let raw = if e == 0 {
-        m * 2f32.powi(-9)
+    let (e, m) = (u32::from((x >> 3) & 0x0F), u32::from(x & 7));
+    if e == 0 {
+        // m·2⁻⁹, halved: exact.
+        m as f32 * (1.0 / 1024.0)
     } else {
-        (1.0 + m / 8.0) * 2f32.powi(e - 7)
-    };
-    raw * 0.5
+        // (1 + m/8)·2^(e − 7), halved: exponent e − 8, 3 mantissa bits.
+        f32::from_bits(((e + 119) << 23) | (m << 20))
+    }
 }
 
 /// A group of `2n` weights from its `n` code bytes: `out[j] = d·table[low

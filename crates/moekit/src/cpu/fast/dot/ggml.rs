@@ -1,10 +1,11 @@
 //! The fused kernels of the GGUF types: the 32-weight blocks in
 //! [`legacy`](super::legacy), the K-quants in [`kquant`](super::kquant).
 //! IQ4_NL and MXFP4 are 32-weight blocks with table-coded weights, IQ4_XS
-//! a K-quant-like super-block; the grid and ternary types (IQ1–IQ3, TQ*)
-//! and NVFP4 have no fused f32 kernel: on the f32 path their rows are
-//! decoded, then dotted ([`Decode`]); by default the grid and ternary types
-//! take the integer kernels (`cpu::fast::qdot::grid`).
+//! a K-quant-like super-block, NVFP4 64-weight blocks of four table-coded
+//! groups of 16 ([`legacy::nvfp4_dot`]); the grid and ternary types
+//! (IQ1–IQ3, TQ*) have no fused f32 kernel: on the f32 path their rows are
+//! decoded, then dotted ([`Decode`]); by default they take the integer
+//! kernels (`cpu::fast::qdot::grid`).
 
 use super::{kquant, legacy, run, Decode, RowKernel, Run, Simd, XSums};
 use crate::format::ggml::blocks::{
@@ -40,8 +41,8 @@ pub(super) fn run_for<V: Simd>(t: GgmlType) -> Run {
         | GgmlType::IQ1_S
         | GgmlType::IQ1_M
         | GgmlType::TQ1_0
-        | GgmlType::TQ2_0
-        | GgmlType::NVFP4 => run::<Decode, V>,
+        | GgmlType::TQ2_0 => run::<Decode, V>,
+        GgmlType::NVFP4 => run::<Nvfp4, V>,
     }
 }
 
@@ -71,5 +72,18 @@ impl<B: kquant::SuperBlock + Block> RowKernel for KQuant<B> {
     #[inline(always)]
     fn dot<V: Simd>(raw: &RawRow<'_>, x: &[f32], xs: &XSums) -> Option<f32> {
         kquant::dot_blocks::<B, V>(bytes_of::<B>(raw)?, x, xs)
+    }
+}
+
+/// Rows of NVFP4 blocks.
+struct Nvfp4;
+
+impl RowKernel for Nvfp4 {
+    #[inline(always)]
+    fn dot<V: Simd>(raw: &RawRow<'_>, x: &[f32], _: &XSums) -> Option<f32> {
+        match *raw {
+            RawRow::Ggml(GgmlType::NVFP4, bytes) => legacy::nvfp4_dot::<V>(bytes, x),
+            _ => None,
+        }
     }
 }

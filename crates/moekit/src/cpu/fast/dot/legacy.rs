@@ -1,5 +1,6 @@
 //! Fused dot kernels of the 32-weight GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1,
-//! Q8_0, and the table-coded IQ4_NL and MXFP4).
+//! Q8_0, and the table-coded IQ4_NL and MXFP4), and of NVFP4's 64-weight
+//! blocks of four 16-weight groups ([`nvfp4_dot`]).
 //!
 //! A row is viewed as `&[Block]` (the blocks are 2-aligned `Pod` structs; an
 //! unaligned row falls back to decode-then-dot). Each block widens its scale
@@ -13,7 +14,8 @@ use super::simd::{whole, F8Ops, Simd, U8Ops};
 use super::{arr, XSums, L};
 use crate::format::ggml::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use crate::format::ggml::nonlinear::{
-    e8m0_to_f32_half, BlockIQ4_NL, BlockMXFP4, KVALUES_IQ4NL, KVALUES_MXFP4,
+    e8m0_to_f32_half, ue4m3_to_f32_half, BlockIQ4_NL, BlockMXFP4, BlockNVFP4, KVALUES_IQ4NL,
+    KVALUES_MXFP4,
 };
 use bytemuck::Pod;
 
@@ -218,4 +220,51 @@ impl Block32 for BlockMXFP4 {
     fn codes<V: Simd>(&self) -> [V::F8; 4] {
         table_codes::<V>(&self.qs, &MXFP4_F32)
     }
+}
+
+/// Dot of a row of GGUF NVFP4 blocks with `x`; `None` if the lengths
+/// disagree. Each 16-weight group `g` (8 code bytes: low nibbles weights
+/// 0..8, high nibbles 8..16) looks its e2m1 values up in the doubled table
+/// ([`table_codes`], two groups at a time) and adds `d_g·Σ q·x` (its
+/// unsigned e4m3 scale halved, [`ue4m3_to_f32_half`]) to one of two
+/// accumulators (even and odd groups). Runs out of line, in
+/// [`Simd::enter`].
+#[inline(always)]
+pub(super) fn nvfp4_dot<V: Simd>(bytes: &[u8], x: &[f32]) -> Option<f32> {
+    V::enter(
+        #[inline(always)]
+        || nvfp4_blocks::<V>(bytes, x),
+    )
+}
+
+/// [`nvfp4_dot`]'s body.
+#[inline(always)]
+fn nvfp4_blocks<V: Simd>(bytes: &[u8], x: &[f32]) -> Option<f32> {
+    let blocks: &[BlockNVFP4] = bytemuck::try_cast_slice(bytes).ok()?;
+    if x.len() != 64 * blocks.len() {
+        return None;
+    }
+    let mut acc = [V::F8::zero(); 2];
+    let xv = |x: &[f32], i: usize| {
+        x.get(8 * i..8 * i + 8)
+            .and_then(arr)
+            .map_or(V::F8::zero(), V::F8::load)
+    };
+    for (b, xb) in blocks.iter().zip(x.chunks_exact(64)) {
+        for h in 0..2 {
+            // Groups 2h (bytes 16h..16h + 8) and 2h + 1: the values of
+            // their low nibbles in c[0], c[1], of their high nibbles in
+            // c[2], c[3].
+            let qs: &[u8; 16] = b.qs.get(16 * h..16 * h + 16).and_then(arr)?;
+            let c = table_codes::<V>(qs, &MXFP4_F32);
+            let x32 = xb.get(32 * h..32 * h + 32)?;
+            for (k, acc) in acc.iter_mut().enumerate() {
+                let d = ue4m3_to_f32_half(b.d[2 * h + k]);
+                let p = c[k].mul(xv(x32, 2 * k));
+                let p = c[k + 2].fma(xv(x32, 2 * k + 1), p);
+                *acc = V::F8::splat(d).fma(p, *acc);
+            }
+        }
+    }
+    Some(acc[0].add(acc[1]).sum())
 }
