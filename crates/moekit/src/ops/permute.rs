@@ -101,18 +101,32 @@ pub fn unpermute_on(
     if backend == Backend::Cuda {
         return crate::cuda::ops::permute::unpermute(y, sort, weights);
     }
-    let yv = y.to_f32_vec()?;
+    // f32 rows are read in place and the sums written into the result (at
+    // T = 512 the copies of the 32 MB input and the output, fresh memory
+    // each call, took longer than the sums).
+    let widened;
+    let yv = if y.dtype() == DType::F32 {
+        y.as_slice::<f32>()?
+    } else {
+        widened = y.to_f32_vec()?;
+        &widened
+    };
     let args = UnpermuteArgs {
-        y: &yv,
+        y: yv,
         inverse: sort.inverse.as_slice()?,
         weights: weights.as_slice()?,
         top_k: k,
         hidden,
     };
-    let mut out = vec![0f32; t * hidden];
+    let mut out = Tensor::zeros(DType::F32, &[t, hidden]);
+    let dst = out.as_mut_slice::<f32>()?;
     match backend {
-        Backend::CpuReference => crate::cpu::reference::permute::unpermute(&args, &mut out),
-        Backend::CpuFast | Backend::Cuda => crate::cpu::fast::permute::unpermute(&args, &mut out),
+        Backend::CpuReference => crate::cpu::reference::permute::unpermute(&args, dst),
+        Backend::CpuFast | Backend::Cuda => crate::cpu::fast::permute::unpermute(&args, dst),
     }
-    Tensor::from_f32(&out, &[t, hidden], y.dtype())
+    if y.dtype() == DType::F32 {
+        Ok(out)
+    } else {
+        out.to_dtype(y.dtype())
+    }
 }
