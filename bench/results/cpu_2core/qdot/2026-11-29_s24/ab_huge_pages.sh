@@ -1,0 +1,2 @@
+R=$1; TYPES=${TYPES:-q4_0,q4_k,q8_0}; TOK=${TOK:-1,8}
+for r in $(seq 1 $R); do for hp in 0 1; do MOEKIT_HUGE_PAGES=$hp RAYON_NUM_THREADS=2 /tmp/moekit.huge2 bench --format $TYPES --tokens $TOK --device cpu --min-time 0.3 2>/dev/null | awk -v m=hp$hp '$2 ~ /^[0-9]+$/ && NF>5 {print $1, $2, m, $3}'; done; done | sort -k1,1 -k2,2n -k3,3 | awk '{k=$1" "$2" "$3; v[k]=v[k]" "$4} END{for(k in v) print k, v[k]}' | sort
