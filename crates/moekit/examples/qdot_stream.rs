@@ -13,24 +13,24 @@ use moekit::testing::decoder;
 use moekit::{DType, WeightFormat};
 use std::time::Instant;
 
+/// The environment variable `name` as a number, else `default`.
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(default)
+}
+
 fn main() {
     let names: Vec<String> = std::env::args().skip(1).collect();
+    // LEVEL (a `SimdLevel` name), THREADS, ROWS (per kernel call), EXPERTS.
     let level = std::env::var("LEVEL")
         .ok()
-        .and_then(|l| SimdLevel::ALL.into_iter().find(|x| format!("{x}") == l))
-        .unwrap_or(moekit::cpu::simd_level());
-    let threads: usize = std::env::var("THREADS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(2);
-    let rows: usize = std::env::var("ROWS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(768);
-    let e: usize = std::env::var("EXPERTS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(64);
+        .and_then(|l| SimdLevel::parse(l.trim()))
+        .unwrap_or_else(moekit::cpu::simd_level);
+    let threads = env_usize("THREADS", 2);
+    let rows = env_usize("ROWS", 768);
+    let e = env_usize("EXPERTS", 64);
     let (n, k) = (768usize, 2048usize);
     for name in names {
         let Some(t) = GgmlType::parse(&name) else {
