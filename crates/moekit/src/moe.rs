@@ -213,6 +213,8 @@ impl MoeBlock {
             }
             _ => {}
         }
+        // CUDA ops stay on the caller's thread: the stream a caller put in
+        // place (`cuda::with_stream`) is thread-local.
         if backend == Backend::Cuda {
             return self.run_general(backend, x, dst);
         }

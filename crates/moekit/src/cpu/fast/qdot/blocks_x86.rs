@@ -363,9 +363,7 @@ fn super_blocks<B: SuperBlockX86, D: Dot, const R: usize>(
         stride,
         #[inline(always)]
         |row, out| {
-            let acc = [[super::x86::zero(); RUN]; R];
-            let off = [[0f32; RUN]; R];
-            let mut st = (acc, off);
+            let mut st = ([[super::x86::zero(); RUN]; R], [[0f32; RUN]; R]);
             in_runs(
                 row,
                 B::BS,

@@ -316,9 +316,7 @@ fn in_runs<S>(
     let mut b0 = 0;
     for run in runs.by_ref() {
         for i in 0..RUN {
-            // SAFETY: `run` holds RUN·bs bytes (chunks_exact).
-            let blk = unsafe { run.get_unchecked(i * bs..(i + 1) * bs) };
-            block(st, b0 + i, i, blk)?;
+            block(st, b0 + i, i, run.get(i * bs..(i + 1) * bs)?)?;
         }
         end(st, RUN)?;
         b0 += RUN;

@@ -277,9 +277,7 @@ fn q4_k<D: Dot, const R: usize>(
         stride,
         #[inline(always)]
         |row, out| {
-            let acc = [[zero(); RUN]; R];
-            let off = [[0f32; RUN]; R];
-            let mut st = (acc, off);
+            let mut st = ([[zero(); RUN]; R], [[0f32; RUN]; R]);
             in_runs(
                 row,
                 BS,
