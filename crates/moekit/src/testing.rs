@@ -71,4 +71,10 @@ pub mod cuda {
             tile_rows, SpanOrder, SPAN,
         };
     }
+    /// `kernels/tc_tma.cu`.
+    pub mod tc_tma {
+        pub use crate::cuda::ops::tc_tma::{
+            glu_into, matmul_into, supports, tile_rows, STEP, TILE_ROWS,
+        };
+    }
 }

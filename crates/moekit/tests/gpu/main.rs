@@ -18,3 +18,4 @@ mod permute;
 mod route_sort;
 mod tc;
 mod tc_ra;
+mod tc_tma;

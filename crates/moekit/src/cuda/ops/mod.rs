@@ -20,6 +20,7 @@ pub mod tc_geo;
 pub mod tc_moe;
 pub mod tc_parts;
 pub mod tc_ra;
+pub mod tc_tma;
 
 use super::jit::Source;
 use super::CudaDevice;
@@ -319,7 +320,7 @@ pub fn launch_count() -> u64 {
 /// `tc_ra.cu` runs on sm_90a only ([`tc_ra::supports`]), every other source
 /// on sm_80 and sm_90a alike.
 pub fn instance_arches(source: &Source) -> &'static [super::Arch] {
-    if std::ptr::eq(source, &tc_ra::SRC) {
+    if std::ptr::eq(source, &tc_ra::SRC) || std::ptr::eq(source, &tc_tma::SRC) {
         &[super::Arch::SM90]
     } else {
         &[super::Arch::SM90, super::Arch::SM80]
@@ -341,5 +342,6 @@ pub fn all_instances() -> Vec<(&'static Source, String)> {
     v.extend(split::instances());
     v.extend(tc_gemm::instances());
     v.extend(tc_ra::instances());
+    v.extend(tc_tma::instances());
     v
 }

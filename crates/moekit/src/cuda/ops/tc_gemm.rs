@@ -218,6 +218,9 @@ pub(crate) enum Kernel {
     RegA {
         perm_out: Option<super::tc_ra::SpanOrder>,
     },
+    /// `tc_tma` ([`super::tc_tma`], sm_90a): dense weights of the
+    /// activation type by TMA, warp-specialized, 256 weight rows a tile.
+    Tma,
 }
 
 /// Validates, fills the params and launches `tc_gemm<F, T, P, BM>` or
@@ -248,6 +251,7 @@ pub(crate) fn run_kernel(
         let ok = match kernel {
             Kernel::Staged => supports(x.dtype(), s, dev.smem_optin()),
             Kernel::RegA { .. } => super::tc_ra::supports(x.dtype(), s, dev.arch()),
+            Kernel::Tma => super::tc_tma::supports(x.dtype(), s, dev.arch()),
         };
         if let Err(why) = ok {
             return Err(invalid(
@@ -315,7 +319,18 @@ pub(crate) fn run_kernel(
     } else {
         check_out(op, out, x.dtype(), &[m, n])?;
     }
-    let bn = if p_sources == 1 { BROWS } else { BROWS / 2 };
+    if kernel == Kernel::Tma && glu.general() {
+        return Err(invalid(
+            op,
+            "ffn",
+            "plain SwiGLU (the TMA GEMM has no general activation)",
+            "an activation, biases or scales",
+        ));
+    }
+    let bn = match kernel {
+        Kernel::Tma => super::tc_tma::WEIGHT_ROWS,
+        _ => BROWS,
+    } / if p_sources == 1 { 1 } else { 2 };
     let (bm, smem, source, name, flags) = match kernel {
         Kernel::Staged => {
             // K parts count as column blocks in the tile choice (its bound
@@ -362,6 +377,10 @@ pub(crate) fn run_kernel(
                 };
             (bm, tc_ra::smem_bytes(bm), &tc_ra::SRC, name, flags)
         }
+        Kernel::Tma => {
+            let (bm, smem, name) = super::tc_tma::launch_shape(op, x, p_sources, m, e, n)?;
+            (bm, smem, &super::tc_tma::SRC, name, 0)
+        }
     };
     let m_tiles = m.div_ceil(bm) + if offsets == 0 { 0 } else { e.min(m) };
     let (gx, gy) = (n.div_ceil(bn), m_tiles);
@@ -392,6 +411,22 @@ pub(crate) fn run_kernel(
         p: p_sources as u32 | flags | if parts > 1 { PARTS } else { 0 },
         glu,
     };
+    if kernel == Kernel::Tma {
+        let maps = [
+            super::tc_tma::tensor_map(op, srcs[0].0)?,
+            super::tc_tma::tensor_map(op, srcs[1].0)?,
+        ];
+        let tp = super::tc_tma::TmaParams {
+            map: maps,
+            tc: params,
+        };
+        let geo = super::tc_tma::geometry(gx as u32, gy as u32, smem, dev.sm_count());
+        // SAFETY: as below for the GEMM's params (the same checks); the
+        // tensor maps describe each source's whole data tensor ([E·rows, K]
+        // of T, dense of x's type: `supports`), which TMA reads only inside
+        // (rows past it are filled with zeros, not read).
+        return unsafe { launch(&dev, source, &name, geo, tp, op) };
+    }
     let geo = Geometry {
         grid: (gx as u32, gy as u32, parts as u32),
         block: (THREADS, 1, 1),

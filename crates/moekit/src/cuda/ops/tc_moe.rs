@@ -11,6 +11,8 @@
 
 use super::tc_gemm::{self, Kernel, TcRows};
 use super::tc_ra;
+use super::tc_tma;
+use super::GluParams;
 use crate::device::Backend;
 use crate::error::{invalid, Result};
 use crate::format::{QuantWeights, WeightFormat};
@@ -73,9 +75,12 @@ pub(crate) struct ExpertKernels {
 }
 
 /// The one place the routed experts' kernels are chosen, for `m` = T·k
-/// rows: the register-operand kernel ([`tc_ra`], sm_90a) where it takes
-/// the weights and the tile is one it measured faster at
-/// ([`tc_ra::runs_tile`]), else the staged one. The down GEMM runs on
+/// rows: for dense weights of the activation type, the TMA kernel
+/// ([`tc_tma`], sm_90a) where the staged kernel's tile would be at least
+/// [`tc_tma::MIN_TILE`] rows ([`tc_tma::runs_tile`]; gate/up only with plain
+/// SwiGLU, `plain_glu`); else the register-operand kernel ([`tc_ra`],
+/// sm_90a) where it takes the weights and the tile is one it measured
+/// faster at ([`tc_ra::runs_tile`]), else the staged one. The down GEMM runs on
 /// `tc_ra` only after a gate/up GEMM on it (its input is then written in
 /// the permuted order it reads). `MOEKIT_TC_RA=0` keeps the staged kernel
 /// everywhere, `MOEKIT_TC_RA=all` takes `tc_ra` at every tile (A/B
@@ -85,11 +90,15 @@ pub(crate) fn expert_kernels(
     down: &QuantWeights,
     x: &Tensor,
     m: usize,
+    plain_glu: bool,
 ) -> ExpertKernels {
     let staged = ExpertKernels {
         gate_up: Kernel::Staged,
         down: Kernel::Staged,
     };
+    if let Some(k) = tma_kernels(gate_up, down, x, m, plain_glu) {
+        return k;
+    }
     let Some(arch) = ra_arch(x) else {
         return staged;
     };
@@ -119,6 +128,43 @@ pub(crate) fn expert_kernels(
             Kernel::Staged
         },
     }
+}
+
+/// [`expert_kernels`]' choice for dense weights of x's type: `tc_tma` for
+/// each GEMM it takes at this size, the staged kernel for the other; None
+/// when neither runs on it.
+fn tma_kernels(
+    gate_up: &GateUp,
+    down: &QuantWeights,
+    x: &Tensor,
+    m: usize,
+    plain_glu: bool,
+) -> Option<ExpertKernels> {
+    if tc_tma::use_mode() == tc_tma::Use::Never {
+        return None;
+    }
+    let crate::Device::Cuda(n) = x.device() else {
+        return None;
+    };
+    let arch = crate::cuda::device(n).ok()?.arch();
+    let e = gate_up.n_experts();
+    let takes = |w: &QuantWeights, p: usize, cols: usize| {
+        let bn = tc_tma::WEIGHT_ROWS / p;
+        tc_tma::supports(x.dtype(), w, arch).is_ok()
+            && tc_tma::runs_tile(tc_gemm::tile_rows(m, e, cols.div_ceil(bn)))
+    };
+    let gu = plain_glu
+        && tc_gemm::one_instance(gate_up)
+        && gate_up
+            .sources()
+            .iter()
+            .all(|(w, _)| takes(w, 2, gate_up.intermediate()));
+    let dn = takes(down, 1, down.rows());
+    let pick = |t: bool| if t { Kernel::Tma } else { Kernel::Staged };
+    (gu || dn).then(|| ExpertKernels {
+        gate_up: pick(gu),
+        down: pick(dn),
+    })
 }
 
 /// Whether the tensor-core path runs experts of `format` on `tc_ra` for
@@ -323,7 +369,7 @@ fn run_experts(
         top_k: k,
     };
     let ys = Tensor::uninit_on(x.dtype(), &[t * k, h], x.device())?;
-    let kernels = expert_kernels(gate_up, down, x, t * k);
+    let kernels = expert_kernels(gate_up, down, x, t * k, !GluParams::of(ffn)?.general());
     let sorted_rows = TcRows::Sorted(&sort.offsets);
     match kernels.gate_up {
         Kernel::RegA { perm_out } => {
@@ -335,10 +381,12 @@ fn run_experts(
             tc_ra::glu_into(&xp, gate_up, gathered, ffn, &act, perm_out)?;
         }
         Kernel::Staged => tc_gemm::glu_into(x, gate_up, gathered, ffn, &act)?,
+        Kernel::Tma => tc_tma::glu_into(x, gate_up, gathered, ffn, &act)?,
     }
     match kernels.down {
         Kernel::RegA { .. } => tc_ra::matmul_into(&act, down, sorted_rows, &ys)?,
         Kernel::Staged => tc_gemm::matmul_into(&act, down, sorted_rows, &ys)?,
+        Kernel::Tma => tc_tma::matmul_into(&act, down, sorted_rows, &ys)?,
     }
     // Down's per-expert scale rides on the combine weights (ops::ffn).
     let scaled = ffn

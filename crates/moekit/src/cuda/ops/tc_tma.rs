@@ -1,0 +1,331 @@
+//! `kernels/tc_tma.cu`: the grouped expert GEMM of [`super::tc_gemm`] (same
+//! parameters, rows, tiles and outputs) for dense weights of the activation
+//! type on sm_90a, in a warp-specialized schedule: a producer warpgroup
+//! fills a ring of shared-memory stages (the weights by TMA, x's gathered
+//! rows by `cp.async`), two consumer warpgroups multiply with `wgmma`,
+//! and mbarriers hand each stage over — tiles of 256 weight rows × 64 or
+//! 128 rows of x.
+//!
+//! The staged kernel moves a 128 × 64 weight tile and its x tile through a
+//! block-wide barrier every step and waits for each step's MMAs before the
+//! next; at T = 4096 its tensor pipes were about half busy, fed from L2 at
+//! 7.3 TB/s (`bench/results/h100/tc/2026-11-24b.md`). A 256-row weight
+//! tile halves the x bytes a multiply-add needs, and the ring keeps the
+//! tensor cores fed across steps.
+//!
+//! [`supports`] says whether an operand set fits and why not;
+//! `crate::cuda::ops::tc_moe::expert_kernels` is the one place the MoE
+//! block picks this kernel.
+
+use super::tc_gemm::Kernel;
+use super::{ctype, Geometry};
+use crate::cuda::jit::Source;
+use crate::cuda::Arch;
+use crate::dtype::DType;
+use crate::error::{invalid, Result};
+use crate::format::{QuantWeights, WeightFormat};
+use crate::ops::act::GateUp;
+use crate::tensor::Tensor;
+
+pub(crate) static SRC: Source = Source {
+    name: "tc_tma.cu",
+    text: include_str!("../../../kernels/tc_tma.cu"),
+};
+
+/// Threads a block (`TMA_THREADS`): a producer and two consumer warpgroups.
+pub(crate) const THREADS: u32 = 384;
+/// Weight rows of a tile (`TMA_WROWS`).
+pub(crate) const WEIGHT_ROWS: usize = 256;
+/// Weight rows a TMA box (`TMA_BOX`).
+const BOX_ROWS: u32 = 128;
+/// K columns a step (`TC_BK`): K must be a multiple of it.
+pub const STEP: usize = 64;
+/// Tile row counts (rows of x) the kernel is instantiated for.
+pub const TILE_ROWS: [usize; 2] = [64, 128];
+
+/// A `CUtensorMap` as the kernel parameter holds it (`TmaMap`).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(crate) struct TmaMap([u64; 16]);
+
+/// `TmaParams`: a tensor map per weight source, then the GEMM's params.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(crate) struct TmaParams {
+    pub(crate) map: [TmaMap; 2],
+    pub(crate) tc: super::tc_gemm::TcParams,
+}
+const _: () = assert!(std::mem::size_of::<TmaParams>() == 448);
+// SAFETY: plain-old-data mirrored by the kernel's TmaParams.
+unsafe impl cudarc::driver::DeviceRepr for TmaParams {}
+
+/// Static shared memory the kernel may take besides its stages
+/// (`TMA_STATIC`: the tile list's starts, barriers).
+const STATIC_SMEM: usize = 6144;
+
+/// Shared memory of a `bm`-row instance (`TmaGeo::SMEM`): as many stages
+/// of 256 × 64 weights and `bm` × 64 x values as fit a block's 227 KB
+/// beside [`STATIC_SMEM`], at most 6, and 1 KB to align them.
+pub(crate) fn smem_bytes(bm: usize) -> usize {
+    let stage = WEIGHT_ROWS * 128 + bm * 128;
+    let s = ((232448 - 1024 - STATIC_SMEM) / stage).min(6);
+    s * stage + 1024
+}
+
+/// Whether `tc_tma` runs on a device of `arch` (sm_90a: wgmma and TMA);
+/// the reason when not.
+pub fn supports_arch(arch: Arch) -> std::result::Result<(), String> {
+    if arch.major != 9 {
+        return Err(format!(
+            "sm_{}{}: the TMA GEMM needs sm_90a (wgmma, TMA)",
+            arch.major, arch.minor
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `tc_tma` takes activations of `dtype` against `w` on a device
+/// of `arch`; the reason when it does not.
+pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Result<(), String> {
+    supports_arch(arch)?;
+    if !matches!(dtype, DType::F16 | DType::Bf16) {
+        return Err(format!("{dtype} activations: it multiplies bf16 or f16"));
+    }
+    if w.format() != WeightFormat::Dense(dtype) {
+        return Err(format!(
+            "{} weights: it copies dense {dtype} weights (the activation type) by TMA",
+            w.format()
+        ));
+    }
+    let k = w.cols();
+    if k == 0 || !k.is_multiple_of(STEP) {
+        return Err(format!(
+            "K = {k}: the TMA GEMM needs K a positive multiple of {STEP}"
+        ));
+    }
+    if w.n_experts() > super::tc_gemm::MAX_EXPERTS {
+        return Err(format!(
+            "{} experts: at most {}",
+            w.n_experts(),
+            super::tc_gemm::MAX_EXPERTS
+        ));
+    }
+    // TMA row coordinates are i32: every weight row, plus a box past the last.
+    let rows = w.n_experts().saturating_mul(w.rows());
+    if rows.saturating_add(2 * WEIGHT_ROWS) > i32::MAX as usize {
+        return Err(format!("{rows} weight rows: TMA coordinates are 32-bit"));
+    }
+    Ok(())
+}
+
+/// How the MoE block uses `tc_tma`, from `MOEKIT_TC_TMA` (read once): `0`
+/// never, `all` at every tile it has, else from [`MIN_TILE`] rows up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Use {
+    Never,
+    Table,
+    Everywhere,
+}
+
+pub(crate) fn use_mode() -> Use {
+    static ENV: std::sync::OnceLock<Use> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| match std::env::var("MOEKIT_TC_TMA").as_deref() {
+        Ok("0") => Use::Never,
+        Ok("all") => Use::Everywhere,
+        _ => Use::Table,
+    })
+}
+
+/// The staged kernel's tile (rows of x) from which the MoE block runs dense
+/// weights on `tc_tma`.
+pub const MIN_TILE: usize = 128;
+
+/// Whether the MoE block runs its dense experts on `tc_tma` where the staged
+/// kernel would take `bm`-row tiles ([`MIN_TILE`]; every tile with
+/// `MOEKIT_TC_TMA=all`, none with `0`).
+pub(crate) fn runs_tile(bm: usize) -> bool {
+    match use_mode() {
+        Use::Never => false,
+        Use::Everywhere => true,
+        Use::Table => bm >= MIN_TILE,
+    }
+}
+
+/// The tile row count for `m` rows over `n_experts` experts: the staged
+/// kernel's choice ([`super::tc_geo::tile_rows`]), 64 or 128.
+pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize) -> usize {
+    if super::tc_geo::tile_rows(m, n_experts, col_blocks) >= 128 {
+        128
+    } else {
+        64
+    }
+}
+
+/// The instance name for activations of `dtype`, `p` sources, `bm` rows.
+pub(crate) fn kernel_name(dtype: DType, p: usize, bm: usize) -> Result<String> {
+    Ok(format!(
+        "moekit::tc_tma<{}, {p}, {bm}>",
+        ctype("tc_tma", dtype)?
+    ))
+}
+
+/// Instances for the compile check: {f16, bf16} × {plain, SwiGLU} ×
+/// [`TILE_ROWS`].
+pub fn instances() -> Vec<(&'static Source, String)> {
+    let mut v = Vec::new();
+    for t in ["__half", "__nv_bfloat16"] {
+        for p in [1, 2] {
+            for bm in TILE_ROWS {
+                v.push((&SRC, format!("moekit::tc_tma<{t}, {p}, {bm}>")));
+            }
+        }
+    }
+    v
+}
+
+/// The tensor map of dense weights `w` (`[E·rows, K]` of T): boxes of
+/// [`BOX_ROWS`] rows × 64 columns, 128-byte swizzle (wgmma's K-major
+/// layout), zeros past the last row.
+pub(crate) fn tensor_map(op: &'static str, w: &QuantWeights) -> Result<TmaMap> {
+    use cudarc::driver::sys;
+    let dtype = match w.format() {
+        WeightFormat::Dense(DType::Bf16) => {
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+        }
+        WeightFormat::Dense(DType::F16) => {
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+        }
+        f => return Err(invalid(op, "weights", "dense bf16 or f16 weights", f)),
+    };
+    let data = w.data().cuda_bytes()?;
+    let (k, rows) = (w.cols() as u64, (w.n_experts() * w.rows()) as u64);
+    let dims = [k, rows];
+    let strides = [k * 2];
+    let boxes = [STEP as u32, BOX_ROWS];
+    let elem = [1u32, 1];
+    // SAFETY: an all-zero CUtensorMap is a valid (unencoded) value of this
+    // plain C struct; the encode call fills it.
+    let mut map: sys::CUtensorMap = unsafe { std::mem::zeroed() };
+    data.device()
+        .context()
+        .bind_to_thread()
+        .map_err(crate::error::cuda_err(op))?;
+    // SAFETY: `map` is a live, aligned CUtensorMap; the address is a device
+    // allocation of `rows · K` elements of the map's type (the weights'
+    // data tensor), and the dims, strides, box and element strides arrays
+    // hold rank (2) entries (strides: rank − 1), as the call reads them.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            dtype,
+            2,
+            data.ptr() as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            elem.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .map_err(crate::error::cuda_err(op))?;
+    // SAFETY: CUtensorMap is 128 bytes of plain data (its opaque words).
+    Ok(TmaMap(unsafe {
+        std::mem::transmute_copy::<sys::CUtensorMap, [u64; 16]>(&map)
+    }))
+}
+
+/// The launch of `kernel` = [`Kernel::Tma`] for [`super::tc_gemm::run_kernel`]:
+/// its tile, shared memory, instance name and block size.
+pub(crate) fn launch_shape(
+    op: &'static str,
+    x: &Tensor,
+    p_sources: usize,
+    m: usize,
+    n_experts: usize,
+    n: usize,
+) -> Result<(usize, usize, String)> {
+    let bn = if p_sources == 1 {
+        WEIGHT_ROWS
+    } else {
+        WEIGHT_ROWS / 2
+    };
+    let bm = tile_rows(m, n_experts, n.div_ceil(bn));
+    if !(1..=2).contains(&p_sources) {
+        return Err(invalid(
+            op,
+            "sources",
+            "1 or 2 (plain or SwiGLU)",
+            p_sources,
+        ));
+    }
+    Ok((bm, smem_bytes(bm), kernel_name(x.dtype(), p_sources, bm)?))
+}
+
+/// Block geometry of a launch over at most `gx × gy` tiles (column blocks
+/// × row tiles) with `smem` bytes: persistent blocks, one an SM (the
+/// kernel walks its tiles from there).
+pub(crate) fn geometry(gx: u32, gy: u32, smem: usize, sm_count: u32) -> Geometry {
+    Geometry {
+        grid: (gx.saturating_mul(gy).min(sm_count.max(1)), 1, 1),
+        block: (THREADS, 1, 1),
+        shared: smem as u32,
+    }
+}
+
+/// `out [M, N] = x · W[e(row)]ᵀ` on `tc_tma` (dense weights of x's type).
+pub fn matmul_into(
+    x: &Tensor,
+    w: &QuantWeights,
+    rows: super::tc_gemm::TcRows<'_>,
+    out: &Tensor,
+) -> Result<()> {
+    super::tc_gemm::run_kernel(
+        Kernel::Tma,
+        "tc_tma",
+        x,
+        [(w, 0), (w, 0)],
+        1,
+        w.rows(),
+        rows,
+        out,
+        super::GluParams::default(),
+    )
+}
+
+/// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on `tc_tma` into `out [M, I]`; `ffn` must
+/// be plain SwiGLU (no activation, biases or scales: refused).
+pub fn glu_into(
+    x: &Tensor,
+    w: &GateUp,
+    rows: super::tc_gemm::TcRows<'_>,
+    ffn: &crate::ops::ffn::ExpertFfn,
+    out: &Tensor,
+) -> Result<()> {
+    super::tc_gemm::run_swiglu(Kernel::Tma, "tc_tma_swiglu", x, w, rows, ffn, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_fit_the_shared_memory_of_an_sm() {
+        for bm in TILE_ROWS {
+            let s = smem_bytes(bm);
+            assert!(s + STATIC_SMEM <= 232448, "{bm}: {s}");
+            // At least four stages: the ring's depth.
+            assert!((s - 1024) / (WEIGHT_ROWS * 128 + bm * 128) >= 4, "{bm}");
+        }
+    }
+
+    #[test]
+    fn tiles_are_64_or_128_rows() {
+        assert_eq!(tile_rows(4096 * 8, 128, 6), 128);
+        assert_eq!(tile_rows(512 * 8, 128, 6), 64);
+        assert_eq!(tile_rows(8, 128, 6), 64);
+    }
+}

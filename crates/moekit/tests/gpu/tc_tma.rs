@@ -1,0 +1,215 @@
+//! The warp-specialized TMA GEMM for dense weights (`cuda::ops::tc_tma`,
+//! sm_90a) against the CPU reference and the staged kernel.
+//!
+//! * bf16 and f16 weights and activations × {plain, SwiGLU fused and
+//!   separate}, rows gathered through an expert sort (plain) or sorted
+//!   (SwiGLU's input as the down GEMM takes it).
+//! * Both tile row counts (64, 128) on full and ragged tiles; N not a
+//!   multiple of the 256- or 128-column tile; K a multiple of 64 but not of
+//!   128; experts with no rows; all rows on one expert; E = 512 with k = 10;
+//!   M = 0. K off the 64-column step, quantized weights and a general
+//!   activation are refused with their reasons.
+//! * Bit-identical to the staged kernel (the same k16 steps in the same
+//!   order), bit-identical reruns, and a token's row equal alone and in a
+//!   batch.
+//! * Outputs are poisoned with NaN, so a missed element fails.
+
+use crate::common::*;
+use moekit::format::random::random_weights;
+use moekit::format::GgmlType;
+use moekit::ops::act::{gather_swiglu_on, GateUp};
+use moekit::ops::gather_mm::{gather_mm_on, RowExperts};
+use moekit::ops::permute::permute_on;
+use moekit::ops::sort::ExpertSort;
+use moekit::testing::cuda::tc_gemm::{self, TcRows};
+use moekit::testing::cuda::tc_tma::{glu_into, matmul_into, supports, tile_rows};
+use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
+
+fn weights(dt: DType, e: usize, n: usize, k: usize, seed: u64) -> QuantWeights {
+    random_weights(WeightFormat::Dense(dt), e, n, k, DType::F16, seed, &|| {}).unwrap()
+}
+
+fn to_gpu(w: &QuantWeights) -> QuantWeights {
+    w.to_device(gpu()).unwrap()
+}
+
+/// Whether the test device runs tc_tma (sm_90a); else the refusal is
+/// checked and the caller returns.
+fn on_hopper() -> bool {
+    let w = to_gpu(&weights(DType::Bf16, 1, 8, 64, 1));
+    let arch = moekit::cuda::device(0).unwrap().arch();
+    match supports(DType::Bf16, &w, arch) {
+        Ok(()) => true,
+        Err(why) => {
+            assert!(why.contains("sm_90a"), "{why}");
+            eprintln!("tc_tma: not on this device ({why})");
+            false
+        }
+    }
+}
+
+/// Plain (gathered rows) and SwiGLU (sorted rows) GEMMs of `t` tokens × `k`
+/// slots over `e` experts, N = `n`, K = `kk`, against the CPU reference and
+/// the staged kernel.
+#[allow(clippy::too_many_arguments)]
+fn check(dt: DType, t: usize, k: usize, e: usize, sort: &ExpertSort, n: usize, kk: usize) {
+    let what = format!("{dt} T={t} k={k} E={e} N={n} K={kk}");
+    eprintln!("tc_tma check: {what}");
+    let m = t * k;
+    let x = random(&[t, kk], dt, t as u64 + 1);
+    let xs = permute_on(Backend::CpuReference, &x, sort).unwrap();
+    let x_gpu = x.to_device(gpu()).unwrap();
+    let off = sort.offsets.to_device(gpu()).unwrap();
+    let sorted = sort.sorted.to_device(gpu()).unwrap();
+    let gathered = TcRows::Gathered {
+        offsets: &off,
+        sorted: &sorted,
+        top_k: k,
+    };
+    let cpu_rows = RowExperts::Sorted(&sort.offsets);
+    let b = bound(dt);
+    let bm = tile_rows(m, e, n.div_ceil(256));
+    // Plain, gathered rows.
+    let w = weights(dt, e, n, kk, 3);
+    let wg = to_gpu(&w);
+    let want = gather_mm_on(Backend::CpuReference, &xs, &w, cpu_rows).unwrap();
+    let out = poisoned(&[m, n], dt);
+    matmul_into(&x_gpu, &wg, gathered, &out).unwrap();
+    let got = host_f32(&out);
+    let err = nmse(&got, &want.to_f32_vec().unwrap());
+    assert!(err <= b, "tc_tma {what} (BM {bm}): NMSE {err:e} > {b:e}");
+    let again = poisoned(&[m, n], dt);
+    matmul_into(&x_gpu, &wg, gathered, &again).unwrap();
+    assert_eq!(host_f32(&again), got, "tc_tma {what}: reruns differ");
+    let staged = poisoned(&[m, n], dt);
+    tc_gemm::matmul_into(&x_gpu, &wg, gathered, &staged).unwrap();
+    assert_eq!(
+        host_f32(&staged),
+        got,
+        "tc_tma {what}: differs from the staged kernel"
+    );
+    // SwiGLU on sorted rows (x permuted on the host), fused and separate.
+    let xs_gpu = xs.to_device(gpu()).unwrap();
+    let sorted_rows = TcRows::Sorted(&off);
+    let i = n.div_ceil(2).max(8);
+    for fused in [true, false] {
+        let gu = if fused {
+            GateUp::fused(weights(dt, e, 2 * i, kk, 5)).unwrap()
+        } else {
+            GateUp::separate(weights(dt, e, i, kk, 6), weights(dt, e, i, kk, 7)).unwrap()
+        };
+        let gu_gpu = match &gu {
+            GateUp::Fused(w) => GateUp::fused(to_gpu(w)).unwrap(),
+            GateUp::Separate { gate, up } => GateUp::separate(to_gpu(gate), to_gpu(up)).unwrap(),
+        };
+        let want = gather_swiglu_on(Backend::CpuReference, &xs, &gu, cpu_rows).unwrap();
+        let ffn = moekit::ops::ffn::ExpertFfn::default();
+        let out = poisoned(&[m, i], dt);
+        glu_into(&xs_gpu, &gu_gpu, sorted_rows, &ffn, &out).unwrap();
+        let got = host_f32(&out);
+        let err = nmse(&got, &want.to_f32_vec().unwrap());
+        assert!(
+            err <= b,
+            "tc_tma_swiglu {what} fused={fused}: NMSE {err:e} > {b:e}"
+        );
+        let staged = poisoned(&[m, i], dt);
+        tc_gemm::swiglu_into(&xs_gpu, &gu_gpu, sorted_rows, &staged).unwrap();
+        assert_eq!(
+            host_f32(&staged),
+            got,
+            "tc_tma_swiglu {what} fused={fused}: differs from the staged kernel"
+        );
+    }
+    moekit::cuda::device(0).unwrap().check_errors().unwrap();
+}
+
+#[test]
+fn matches_cpu_and_the_staged_kernel() {
+    if !on_hopper() {
+        return;
+    }
+    for dt in [DType::Bf16, DType::F16] {
+        // E = 8, k = 2: about 2T/8 rows an expert → 64-row tiles (T = 100),
+        // 128-row tiles (T = 600), several tiles an expert (T = 1500).
+        for t in [100, 600, 1500] {
+            let sort = sort_of(t, 2, 8, &[3], false, t as u64);
+            check(dt, t, 2, 8, &sort, 264, 384);
+        }
+    }
+    // All rows on one expert; K = 192 (three steps); N = 300.
+    let sort = sort_of(300, 2, 8, &[], true, 2);
+    check(DType::Bf16, 300, 2, 8, &sort, 300, 192);
+    // E = 512, k = 10, N = 128 (one column block of gate/up).
+    let sort = sort_of(64, 10, 512, &[], false, 3);
+    check(DType::Bf16, 64, 10, 512, &sort, 72, 256);
+    // M = 0.
+    let sort = sort_of(0, 2, 8, &[], false, 4);
+    check(DType::Bf16, 0, 2, 8, &sort, 64, 256);
+}
+
+#[test]
+fn refuses_what_it_cannot_run() {
+    if !on_hopper() {
+        return;
+    }
+    let x = random(&[4, 96], DType::Bf16, 1).to_device(gpu()).unwrap();
+    let out = poisoned(&[4, 16], DType::Bf16);
+    let w = to_gpu(&weights(DType::Bf16, 1, 16, 96, 1));
+    let e = matmul_into(&x, &w, TcRows::Single, &out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("K = 96"), "{e}");
+    let q = WeightFormat::Ggml(GgmlType::Q4_K);
+    let x = random(&[4, 256], DType::Bf16, 1).to_device(gpu()).unwrap();
+    let wq = to_gpu(&random_weights(q, 1, 16, 256, DType::F16, 1, &|| {}).unwrap());
+    let e = matmul_into(&x, &wq, TcRows::Single, &out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dense"), "{e}");
+    let wf = to_gpu(&weights(DType::F16, 1, 16, 256, 1));
+    let e = matmul_into(&x, &wf, TcRows::Single, &out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dense"), "{e}");
+}
+
+/// A token's output alone equals its row in a batch of 300 on one expert
+/// (128-row tiles against one 64-row tile).
+#[test]
+fn batch_invariant() {
+    if !on_hopper() {
+        return;
+    }
+    let (kk, n) = (512, 320);
+    let w = to_gpu(&weights(DType::Bf16, 1, n, kk, 9));
+    let x = random(&[300, kk], DType::Bf16, 9);
+    let run = |x: &Tensor| {
+        let t = x.shape()[0];
+        let ids = Tensor::from_slice(&vec![0u32; t], &[t, 1]).unwrap();
+        let sort = moekit::ops::sort::expert_sort_on(Backend::CpuReference, &ids, 1).unwrap();
+        let off = sort.offsets.to_device(gpu()).unwrap();
+        let xg = x.to_device(gpu()).unwrap();
+        let out = poisoned(&[t, n], DType::Bf16);
+        matmul_into(&xg, &w, TcRows::Sorted(&off), &out).unwrap();
+        host_f32(&out)
+    };
+    let full = run(&x);
+    let rows = x.to_f32_vec().unwrap();
+    for t in [0usize, 150, 299] {
+        let one = Tensor::from_f32(&rows[t * kk..(t + 1) * kk], &[1, kk], DType::Bf16).unwrap();
+        assert_eq!(run(&one), full[t * n..(t + 1) * n].to_vec(), "token {t}");
+    }
+}
+
+/// A reduced sweep for compute-sanitizer (memcheck, racecheck): plain and
+/// SwiGLU, both tiles, ragged N and tiles, an empty expert.
+#[test]
+fn sanitizer_sweep() {
+    if !on_hopper() {
+        return;
+    }
+    let sort = sort_of(150, 2, 4, &[1], false, 5);
+    check(DType::Bf16, 150, 2, 4, &sort, 264, 128);
+    let sort = sort_of(20, 2, 4, &[], false, 6);
+    check(DType::Bf16, 20, 2, 4, &sort, 72, 128);
+}
