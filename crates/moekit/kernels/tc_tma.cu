@@ -6,27 +6,34 @@
 // pass each stage between them — no block-wide barrier in the K loop, and
 // the tensor cores never wait for a step's copies to be issued.
 //
-// Tile: 256 weight rows × BM rows of x, 64 columns (128 bytes) a step.
-//   * Weights: two TMA boxes a stage (128 rows × 64 columns each, 128-byte
-//     swizzle) through one tensor map per source, [E·rows, K] of T:
-//     P = 1 rows n0 .. n0 + 255 of the source; P = 2 gate rows n0 .. n0 + 127
-//     then up rows n0 .. n0 + 127 (128 output columns).
+// Tile: 256 weight rows × BM (64, 128) rows of x, 64 columns a step.
+//   * Weights: four TMA boxes a stage (64 rows × 64 columns, 128-byte
+//     swizzle: wgmma's K-major layout) through one tensor map per source,
+//     [E·rows, K] of T. Quarter q of the stage: P = 1 rows n0 + 64q; P = 2
+//     gate (q even) or up (q odd) rows n0 + 64⌊q/2⌋ (128 output columns).
 //   * x: the tile's BM rows (gathered through the sort: x is never
 //     permuted) with cp.async, 16 bytes a copy, into the same swizzled
 //     layout; each producer thread's copies arrive on the stage's full
 //     barrier when they land (cp.async.mbarrier.arrive.noinc).
-//   * Consumer warpgroup c holds two m64 × BM accumulator tiles: P = 1
-//     weight rows 128c .. 128c + 127; P = 2 gate rows 64c .. 64c + 63 and
-//     the same columns' up rows, so a thread holds gate and up of the same
-//     (column, row) and SwiGLU needs no exchange.
-//   * One wgmma group a step (2 × 4 m64nBMk16), one group left in flight:
-//     a consumer releases stage j − 1 once step j's group is issued and
-//     step j − 1's is done.
+//   * x rows on wgmma's M, weight rows on N: BM = 128 — consumer c takes x
+//     rows 64c .. 64c + 63 against all 256 weight rows (m64n256k16); BM = 64
+//     — all 64 x rows against quarters 2c, 2c + 1 (m64n128k16). A thread
+//     then holds gate and up of the same (row, column) 64 weight rows apart,
+//     and two adjacent columns of each: SwiGLU needs no exchange, and the
+//     four lanes of a quad transpose their words (two shuffles) so each
+//     stores 16 bytes (8 columns) of a row.
+//   * One wgmma group a step (4 k16 slices), one group left in flight: a
+//     consumer releases stage j − 1 once step j's group is issued and step
+//     j − 1's is done.
+//   * Persistent: one block an SM walks the list of (row tile, column block)
+//     tiles; the ring runs on across tiles, so the producer fills the next
+//     tile's first stages while the consumers store this one.
 // Each output is summed over k in k16 steps from k = 0 in one accumulator:
-// deterministic and batch-invariant, as every other path.
+// deterministic, batch-invariant, and the same bits as tc_gemm's wgmma
+// tiles (GPU test tc_tma::matches_cpu_and_the_staged_kernel).
 //
-// Needs K a multiple of 64 and K·sizeof(T) a multiple of 16 (tc_tma.rs
-// checks), no general activation (GluParams: the staged kernel runs those).
+// Needs K a multiple of 64 (tc_tma.rs checks) and plain SwiGLU (GluParams'
+// general activations and biases stay on the staged kernel).
 #include "moekit/tc_common.cuh"
 #include "moekit/wgmma.cuh"
 
@@ -46,13 +53,13 @@ static_assert(sizeof(TmaParams) == 448, "TmaParams layout");
 
 constexpr int TMA_THREADS = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int TMA_WROWS = 256;    // weight rows of a tile
-constexpr int TMA_BOX = 128;      // weight rows a TMA box
+constexpr int TMA_BOX = 64;       // weight rows a TMA box (a quarter of the tile)
 constexpr int TMA_W_BYTES = TMA_WROWS * 128;
 constexpr u32 TMA_MAX_E = 1024;  // experts the tile list covers (tc_gemm's MAX_EXPERTS)
 
 // Stages of the ring: as many as fit a block's 227 KB beside the alignment
 // slack and TMA_STATIC bytes of static shared memory (tc_tma.rs mirrors it).
-constexpr int TMA_STATIC = 6144;
+constexpr int TMA_STATIC = 10240;
 template <int BM> struct TmaGeo {
   static constexpr int X_BYTES = BM * 128;
   static constexpr int STAGE = TMA_W_BYTES + X_BYTES;
@@ -63,6 +70,23 @@ template <int BM> struct TmaGeo {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// a[j] of quad lane t (t = lane % 4) ← a[t] of quad lane j: a 4 × 4
+// transpose of 32-bit words in two exchanges (xor 2, then xor 1).
+__device__ __forceinline__ void quad_transpose(u32 (&a)[4], u32 t) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const u32 x = __shfl_xor_sync(0xffffffffu, (t & 2u) ? a[j] : a[j + 2], 2);
+    if (t & 2u) a[j] = x;
+    else a[j + 2] = x;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; j += 2) {
+    const u32 x = __shfl_xor_sync(0xffffffffu, (t & 1u) ? a[j] : a[j + 1], 1);
+    if (t & 1u) a[j] = x;
+    else a[j + 1] = x;
+  }
+}
+
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
@@ -103,14 +127,17 @@ __device__ __forceinline__ void tma_2d(u32 dst, const TmaMap& map, int c0, int c
 
 // Every expert's first row tile in the list of all experts' ⌈rows / BM⌉
 // tiles (expert order): tstart[e], and tstart[E] = the number of tiles, in
-// shared memory, with all NT threads (the caller synchronizes); returns E.
+// shared memory, with all NT threads, and the offsets themselves in toff
+// (the caller synchronizes); returns E.
 // Bad offsets (not monotone, past M) give their experts no tiles and are
 // reported, so every tile's rows lie inside M. Without offsets: one expert.
 template <int BM, int NT>
-__device__ __forceinline__ u32 tile_starts(const TcParams& p, u32* tstart, u32* scan) {
+__device__ __forceinline__ u32 tile_starts(const TcParams& p, u32* tstart, u32* toff, u32* scan) {
   constexpr u32 EPT = (TMA_MAX_E + NT - 1) / NT, W = NT / 32;
   if (p.offsets == nullptr) {
     if (threadIdx.x == 0) {
+      toff[0] = 0;
+      toff[1] = p.m;
       tstart[0] = 0;
       tstart[1] = (p.m + BM - 1) / BM;
     }
@@ -129,6 +156,8 @@ __device__ __forceinline__ u32 tile_starts(const TcParams& p, u32* tstart, u32* 
       const bool ok = a <= b && b <= p.m;
       bad |= !ok;
       cnt[i] = ok ? (b - a + BM - 1) / BM : 0;
+      toff[e] = a;
+      if (e + 1 == E) toff[E] = b;
     }
     local += cnt[i];
   }
@@ -159,7 +188,7 @@ __device__ __forceinline__ u32 tile_starts(const TcParams& p, u32* tstart, u32* 
 // last expert e with tstart[e] ≤ mt: the one owning the tile, as experts
 // without tiles share their start with the next expert).
 template <int BM>
-__device__ __forceinline__ TcTile tile_at(const TcParams& p, const u32* tstart, u32 E, u32 mt) {
+__device__ __forceinline__ TcTile tile_at(const u32* tstart, const u32* toff, u32 E, u32 mt) {
   u32 lo = 0, hi = E;  // tstart[lo] ≤ mt < tstart[hi]
   while (hi - lo > 1) {
     const u32 mid = (lo + hi) >> 1;
@@ -167,7 +196,7 @@ __device__ __forceinline__ TcTile tile_at(const TcParams& p, const u32* tstart, 
     else hi = mid;
   }
   // The owner's offsets passed tile_starts' checks.
-  const u32 a = p.offsets != nullptr ? p.offsets[lo] : 0u, b = p.offsets != nullptr ? p.offsets[lo + 1] : p.m;
+  const u32 a = toff[lo], b = toff[lo + 1];
   TcTile t;
   t.e = lo;
   t.row0 = a + (mt - tstart[lo]) * BM;
@@ -189,7 +218,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
   static_assert(P == 1 || P == 2, "one source, or gate and up");
   extern __shared__ __align__(128) u8 smem[];
   __shared__ u32 scan[TMA_THREADS / 32];
-  __shared__ u32 tstart[TMA_MAX_E + 1];
+  __shared__ u32 tstart[TMA_MAX_E + 1], toff[TMA_MAX_E + 1];
   __shared__ __align__(8) u64 bars[2 * G::S];  // full[S], then empty[S]
   const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
   if (tid == 0) {
@@ -205,7 +234,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
       return;
     }
   }
-  const u32 E = tile_starts<BM, TMA_THREADS>(p, tstart, scan);
+  const u32 E = tile_starts<BM, TMA_THREADS>(p, tstart, toff, scan);
   const u32 base = smem_addr(smem);
   const u32 w_sm = base + ((1024u - (base & 1023u)) & 1023u);  // S weight stages, then S x stages
   const u32 x_sm = w_sm + G::S * TMA_W_BYTES;
@@ -231,7 +260,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
     const T* x = static_cast<const T*>(p.x);
     u32 g = 0;  // steps issued so far (the ring's position)
     for (u32 t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-      const TcTile tile = tile_at<BM>(p, tstart, E, t / cols);
+      const TcTile tile = tile_at<BM>(tstart, toff, E, t / cols);
       const u32 n0 = (t % cols) * BN;
       const u8* src[PER];
       u32 live = 0;  // bit i: row (tid / 8) + 16i is in the tile
@@ -251,9 +280,9 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
           }
         }
       }
-      // Weight rows of the tile's two boxes in the tensor maps.
+      // The tile's first weight row of each source in its tensor map.
       const int wr0 = (int)(tile.e * p.src[0].rows + p.src[0].row_offset + n0);
-      const int wr1 = P == 1 ? wr0 + TMA_BOX : (int)(tile.e * p.src[1].rows + p.src[1].row_offset + n0);
+      const int wr1 = (int)(tile.e * p.src[P - 1].rows + p.src[P - 1].row_offset + n0);
       for (u32 j = 0; j < n_steps; ++j, ++g) {
         const u32 s = g % G::S, round = g / G::S;
         if (round > 0) mbar_wait(empty0 + 8u * s, (round - 1) & 1u);
@@ -261,8 +290,13 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
         if (tid == 0) {
           const u32 wdst = w_sm + s * TMA_W_BYTES;
           mbar_expect_tx(full, TMA_W_BYTES);
-          tma_2d(wdst, tp.map[0], (int)(j * TC_BK), wr0, full);
-          tma_2d(wdst + TMA_BOX * 128, tp.map[P == 1 ? 0 : 1], (int)(j * TC_BK), wr1, full);
+          // Quarter q of the stage: P = 1 rows n0 + 64q; P = 2 gate (q
+          // even) or up (q odd) rows n0 + 64⌊q/2⌋.
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int row = P == 1 ? wr0 + TMA_BOX * q : (q & 1 ? wr1 : wr0) + TMA_BOX * (q >> 1);
+            tma_2d(wdst + q * TMA_BOX * 128, tp.map[P == 2 && (q & 1) ? 1 : 0], (int)(j * TC_BK), row, full);
+          }
         }
         const u32 xdst = x_sm + s * G::X_BYTES;
         const u32 kb = j * TC_BK * (u32)sizeof(T);
@@ -279,81 +313,91 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
     return;
   }
 
-  // Consumer warpgroups.
+  // Consumer warpgroups: x rows on wgmma's M (64 a warpgroup), weight
+  // rows on N. BM = 128: warpgroup c takes x rows 64c .. 64c + 63 against
+  // all four quarters (N = 256); BM = 64: all 64 x rows against quarters
+  // 2c and 2c + 1 (N = 128). Either way a thread's accumulators for weight
+  // row w and w + 64 of its range are the gate and up rows of one column
+  // (P = 2), and each holds two adjacent columns (c = 0, 1): paired stores.
+  constexpr int WN = BM == 128 ? 256 : 128;  // weight rows a warpgroup multiplies
+  constexpr int NACC = WN / 2;
   const u32 cw = (warp >> 2) - 1u;  // 0 or 1
-  // First weight row (in the stage) of each of the warpgroup's two m64 tiles.
-  const u32 rb0 = P == 1 ? 128u * cw : 64u * cw;
-  const u32 rb1 = P == 1 ? 128u * cw + 64u : 128u + 64u * cw;
+  const u32 xr0 = BM == 128 ? 64u * cw : 0u;     // the warpgroup's first x row of the tile
+  const u32 q0 = BM == 128 ? 0u : 2u * cw;       // its first quarter
   T* out = static_cast<T*>(p.out);
   const u32 wi = warp & 3u, gq = lane >> 2, t4 = lane & 3u;
+  // Rows of whole 16-byte words: the epilogue's vector stores.
+  const bool vec = p.n % 8 == 0 && (reinterpret_cast<u64>(p.out) & 15) == 0;
   u32 g = 0;  // steps consumed so far
   for (u32 t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-    const TcTile tile = tile_at<BM>(p, tstart, E, t / cols);
+    const TcTile tile = tile_at<BM>(tstart, toff, E, t / cols);
     const u32 n0 = (t % cols) * BN;
-    float acc[2][BM / 2];
+    float acc[NACC];
 #pragma unroll
-    for (int s = 0; s < 2; ++s)
-#pragma unroll
-      for (int i = 0; i < BM / 2; ++i) acc[s][i] = 0.f;
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
     for (u32 j = 0; j < n_steps; ++j, ++g) {
       const u32 s = g % G::S;
       mbar_wait(full0 + 8u * s, (g / G::S) & 1u);
       fence_async_smem();  // x rows written by cp.async (generic proxy) → wgmma
-      const u32 wst = w_sm + s * TMA_W_BYTES;
-      const u64 da0 = wg_desc(wst + rb0 * 128u), da1 = wg_desc(wst + rb1 * 128u);
-      const u64 db = wg_desc(x_sm + s * G::X_BYTES);
-      wg_keep(acc[0]);
-      wg_keep(acc[1]);
+      const u64 da = wg_desc(x_sm + s * G::X_BYTES + xr0 * 128u);
+      const u64 db = wg_desc(w_sm + s * TMA_W_BYTES + q0 * TMA_BOX * 128u);
+      wg_keep(acc);
       wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < TC_BK / 16; ++kk) {
-        Wgmma<T, BM>::run(acc[0], da0 + 2 * kk, db + 2 * kk);
-        Wgmma<T, BM>::run(acc[1], da1 + 2 * kk, db + 2 * kk);
-      }
+      for (int kk = 0; kk < TC_BK / 16; ++kk) Wgmma<T, WN>::run(acc, da + 2 * kk, db + 2 * kk);
       wg_commit();
-      wg_keep(acc[0]);
-      wg_keep(acc[1]);
+      wg_keep(acc);
       wg_wait<1>();  // the step before's group is done: its stage is free
-      wg_keep(acc[0]);
-      wg_keep(acc[1]);
+      wg_keep(acc);
       if (j > 0 && lane == 0) mbar_arrive(empty0 + 8u * ((g - 1) % G::S));
     }
     wg_wait0();
-    wg_keep(acc[0]);
-    wg_keep(acc[1]);
+    wg_keep(acc);
     // The tile's last stage is free before the stores: the producer fills
     // the next tile's stages meanwhile.
     if (n_steps > 0 && lane == 0) mbar_arrive(empty0 + 8u * ((g - 1) % G::S));
 
-    // Epilogue: accumulator 4j' + 2h + c of tile s is weight row rb_s + 16w
-    // + lane / 4 + 8h of the stage, tile row 8j' + 2(lane % 4) + c.
+    // Epilogue: accumulator 4jj + 2h + c is x row xr0 + 16w + lane / 4 + 8h
+    // of the tile, weight row 8jj + 2(lane % 4) + c of the warpgroup's range
+    // (quarter q0 + jj / 8). A row's output pairs (words) i = 0 .. NW − 1 are
+    // jj = i (P = 1), or the gate pairs jj = 16⌊i/8⌋ + i % 8 with their up
+    // partners 8 on (P = 2); the four lanes of a quad hold 8 adjacent
+    // columns of each jj.
+    constexpr int NW = P == 1 ? NACC / 4 : NACC / 8;
+    auto word = [&](int i, int h) -> u32 {
+      const int jj = P == 1 ? i : 16 * (i / 8) + i % 8;
+      const float v0 = acc[4 * jj + 2 * h], v1 = acc[4 * jj + 2 * h + 1];
+      if constexpr (P == 1) return Pk<T>::pack(v0, v1);
+      const float u0 = acc[(4 * (jj + 8) + 2 * h) % NACC], u1 = acc[(4 * (jj + 8) + 2 * h + 1) % NACC];
+      return Pk<T>::pack(silu(v0) * u0, silu(v1) * u1);
+    };
+    // Output column of lane t4's pair of word i.
+    auto col_of = [&](int i, u32 l) { return n0 + (P == 1 ? 64u : 32u) * q0 + 8u * i + 2u * l; };
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const u32 r16 = 16u * wi + gq + 8u * h;
-      if constexpr (P == 1) {
+      const u32 r = xr0 + 16u * wi + gq + 8u * h;
+      const bool live = r < tile.rows;
+      T* orow = out + (u64)(tile.row0 + min(r, tile.rows - 1)) * p.n;
+      if (vec) {
+        // Four words at a time, transposed in the quad: lane t4 then holds
+        // word 4G + t4's 8 columns, one 16-byte store.
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          const u32 n = n0 + (s == 0 ? rb0 : rb1) + r16;
-          if (n >= p.n) continue;
+        for (int G4 = 0; G4 < NW / 4; ++G4) {
+          u32 a[4];
 #pragma unroll
-          for (int jj = 0; jj < BM / 8; ++jj)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const u32 r = 8u * jj + 2u * t4 + c;
-              if (r < tile.rows) out[(u64)(tile.row0 + r) * p.n + n] = from_f32<T>(acc[s][4 * jj + 2 * h + c]);
-            }
+          for (int l = 0; l < 4; ++l) a[l] = word(4 * G4 + l, h);
+          quad_transpose(a, t4);
+          const u32 c = col_of(4 * G4 + (int)t4, 0);
+          if (live && c < p.n) *reinterpret_cast<uint4*>(orow + c) = make_uint4(a[0], a[1], a[2], a[3]);
         }
-      } else {
-        const u32 n = n0 + rb0 + r16;
-        if (n >= p.n) continue;
+      } else if (live) {
 #pragma unroll
-        for (int jj = 0; jj < BM / 8; ++jj)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const u32 r = 8u * jj + 2u * t4 + c;
-            const int i = 4 * jj + 2 * h + c;
-            if (r < tile.rows) out[(u64)(tile.row0 + r) * p.n + n] = from_f32<T>(silu(acc[0][i]) * acc[1][i]);
-          }
+        for (int i = 0; i < NW; ++i) {
+          const u32 n = col_of(i, t4), w = word(i, h);
+          const T* e = reinterpret_cast<const T*>(&w);
+          if (n < p.n) orow[n] = e[0];
+          if (n + 1 < p.n) orow[n + 1] = e[1];
+        }
       }
     }
   }

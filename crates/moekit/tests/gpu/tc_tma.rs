@@ -4,7 +4,8 @@
 //! * bf16 and f16 weights and activations × {plain, SwiGLU fused and
 //!   separate}, rows gathered through an expert sort (plain) or sorted
 //!   (SwiGLU's input as the down GEMM takes it).
-//! * Both tile row counts (64, 128) on full and ragged tiles; N not a
+//! * Both tile row counts (64, 128) on full and ragged tiles (128-row
+//!   tiles of at most 64 rows, where one consumer warpgroup idles); N not a
 //!   multiple of the 256- or 128-column tile; K a multiple of 64 but not of
 //!   128; experts with no rows; all rows on one expert; E = 512 with k = 10;
 //!   M = 0. K off the 64-column step, quantized weights and a general
@@ -12,6 +13,7 @@
 //! * Bit-identical to the staged kernel (the same k16 steps in the same
 //!   order), bit-identical reruns, and a token's row equal alone and in a
 //!   batch.
+//! * Bad offsets and out-of-range gathered slots are reported, not followed.
 //! * Outputs are poisoned with NaN, so a missed element fails.
 
 use crate::common::*;
@@ -136,6 +138,10 @@ fn matches_cpu_and_the_staged_kernel() {
             check(dt, t, 2, 8, &sort, 264, 384);
         }
     }
+    // Experts whose last 128-row tile has at most 64 rows (129, 64, 300, 1
+    // rows: the second consumer warpgroup idles there) beside full ones.
+    let sort = sort_of_counts(&[200, 129, 64, 0, 300, 1], 8);
+    check(DType::Bf16, 694, 1, 6, &sort, 264, 256);
     // All rows on one expert; K = 192 (three steps); N = 300.
     let sort = sort_of(300, 2, 8, &[], true, 2);
     check(DType::Bf16, 300, 2, 8, &sort, 300, 192);
@@ -145,6 +151,21 @@ fn matches_cpu_and_the_staged_kernel() {
     // M = 0.
     let sort = sort_of(0, 2, 8, &[], false, 4);
     check(DType::Bf16, 0, 2, 8, &sort, 64, 256);
+}
+
+/// An expert sort with expert j holding `counts[j]` of the tokens (k = 1),
+/// the tokens shuffled over the experts.
+fn sort_of_counts(counts: &[usize], seed: u64) -> ExpertSort {
+    use rand::seq::SliceRandom;
+    let mut ids: Vec<u32> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(e, &c)| std::iter::repeat_n(e as u32, c))
+        .collect();
+    ids.shuffle(&mut rng(seed));
+    let t = ids.len();
+    let ids = Tensor::from_slice(&ids, &[t, 1]).unwrap();
+    moekit::ops::sort::expert_sort_on(Backend::CpuReference, &ids, counts.len()).unwrap()
 }
 
 #[test]
@@ -171,6 +192,46 @@ fn refuses_what_it_cannot_run() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("dense"), "{e}");
+}
+
+/// Bad offsets and a gathered slot past T·k are reported and not followed
+/// (run under compute-sanitizer memcheck too).
+#[test]
+fn bad_offsets_are_reported_not_followed() {
+    if !on_hopper() {
+        return;
+    }
+    let w = to_gpu(&weights(DType::Bf16, 4, 64, 128, 1));
+    let x = random(&[16, 128], DType::Bf16, 2).to_device(gpu()).unwrap();
+    let dev = moekit::cuda::device(0).unwrap();
+    for off in [[0u32, 8, 4, 16, 16], [0, 4, 8, 12, 1000], [3, 4, 8, 12, 16]] {
+        let o = Tensor::from_slice(&off, &[5])
+            .unwrap()
+            .to_device(gpu())
+            .unwrap();
+        let out = poisoned(&[16, 64], DType::Bf16);
+        matmul_into(&x, &w, TcRows::Sorted(&o), &out).unwrap();
+        assert!(dev.check_errors().is_err(), "offsets {off:?} not reported");
+    }
+    let o = Tensor::from_slice(&[0u32, 16, 16, 16, 16], &[5])
+        .unwrap()
+        .to_device(gpu())
+        .unwrap();
+    let mut s: Vec<u32> = (0..16).collect();
+    s[3] = 1 << 30;
+    let s = Tensor::from_slice(&s, &[16])
+        .unwrap()
+        .to_device(gpu())
+        .unwrap();
+    let x8 = random(&[8, 128], DType::Bf16, 2).to_device(gpu()).unwrap();
+    let out = poisoned(&[16, 64], DType::Bf16);
+    let rows = TcRows::Gathered {
+        offsets: &o,
+        sorted: &s,
+        top_k: 2,
+    };
+    matmul_into(&x8, &w, rows, &out).unwrap();
+    assert!(dev.check_errors().is_err(), "a slot past T·k not reported");
 }
 
 /// A token's output alone equals its row in a batch of 300 on one expert

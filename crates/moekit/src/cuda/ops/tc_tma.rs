@@ -2,16 +2,19 @@
 //! parameters, rows, tiles and outputs) for dense weights of the activation
 //! type on sm_90a, in a warp-specialized schedule: a producer warpgroup
 //! fills a ring of shared-memory stages (the weights by TMA, x's gathered
-//! rows by `cp.async`), two consumer warpgroups multiply with `wgmma`,
-//! and mbarriers hand each stage over — tiles of 256 weight rows × 64 or
-//! 128 rows of x.
+//! rows by `cp.async`), two consumer warpgroups multiply with `wgmma` (x
+//! rows on M, weight rows on N), mbarriers hand each stage over, and
+//! persistent blocks walk the tile list so the ring runs on across tiles.
+//! Tiles of 256 weight rows × 64 or 128 rows of x.
 //!
 //! The staged kernel moves a 128 × 64 weight tile and its x tile through a
 //! block-wide barrier every step and waits for each step's MMAs before the
 //! next; at T = 4096 its tensor pipes were about half busy, fed from L2 at
 //! 7.3 TB/s (`bench/results/h100/tc/2026-11-24b.md`). A 256-row weight
 //! tile halves the x bytes a multiply-add needs, and the ring keeps the
-//! tensor cores fed across steps.
+//! tensor cores fed across steps and tiles. H200, qwen3-30b-a3b bf16
+//! T = 4096, graph: 1005 → 786–826 µs; mixtral-8x7b 6900 → 5940–6000 µs
+//! (`bench/results/h200/2026-11-29_s25/`).
 //!
 //! [`supports`] says whether an operand set fits and why not;
 //! `crate::cuda::ops::tc_moe::expert_kernels` is the one place the MoE
@@ -37,7 +40,7 @@ pub(crate) const THREADS: u32 = 384;
 /// Weight rows of a tile (`TMA_WROWS`).
 pub(crate) const WEIGHT_ROWS: usize = 256;
 /// Weight rows a TMA box (`TMA_BOX`).
-const BOX_ROWS: u32 = 128;
+const BOX_ROWS: u32 = 64;
 /// K columns a step (`TC_BK`): K must be a multiple of it.
 pub const STEP: usize = 64;
 /// Tile row counts (rows of x) the kernel is instantiated for.
@@ -60,8 +63,8 @@ const _: () = assert!(std::mem::size_of::<TmaParams>() == 448);
 unsafe impl cudarc::driver::DeviceRepr for TmaParams {}
 
 /// Static shared memory the kernel may take besides its stages
-/// (`TMA_STATIC`: the tile list's starts, barriers).
-const STATIC_SMEM: usize = 6144;
+/// (`TMA_STATIC`: the tile list's starts and offsets, barriers).
+const STATIC_SMEM: usize = 10240;
 
 /// Shared memory of a `bm`-row instance (`TmaGeo::SMEM`): as many stages
 /// of 256 × 64 weights and `bm` × 64 x values as fit a block's 227 KB
@@ -137,7 +140,10 @@ pub(crate) fn use_mode() -> Use {
 }
 
 /// The staged kernel's tile (rows of x) from which the MoE block runs dense
-/// weights on `tc_tma`.
+/// weights on `tc_tma`. Below it (64-row tiles or less: about 50 rows an
+/// expert or fewer) the staged kernel measured as fast or faster (H200,
+/// qwen3-30b-a3b bf16, graph, `MOEKIT_TC_TMA=all` against the table, same
+/// call: T = 64 331–333 against 323–330 µs, T = 512 364 against 350–359).
 pub const MIN_TILE: usize = 128;
 
 /// Whether the MoE block runs its dense experts on `tc_tma` where the staged
