@@ -181,6 +181,45 @@ __device__ __forceinline__ void wg_store(const TcParams& p, const TcTile& tile, 
   }
 }
 
+// The tiles of BM rows of this thread's EPT experts threadIdx.x·EPT + i:
+// cnt[i] (0 past E, and for experts with bad offsets — not monotone, past M —
+// which block 0 reports), and the tiles of all experts before them in expert
+// order (an exclusive block scan through `scan`, NT / 32 words; ends with a
+// barrier). `each(e, a, b)` sees every expert e < E's offsets a, b.
+template <int BM, int NT, int EPT, typename Each>
+__device__ __forceinline__ u32 expert_tiles(const TcParams& p, u32 (&cnt)[EPT], u32* scan, const Each& each) {
+  const u32* off = p.offsets;
+  const u32 E = p.n_experts, e0 = threadIdx.x * EPT;
+  u32 local = 0;
+  bool bad = threadIdx.x == 0 && (E == 0 || off[0] != 0 || off[E] != p.m);
+#pragma unroll
+  for (u32 i = 0; i < EPT; ++i) {
+    const u32 e = e0 + i;
+    cnt[i] = 0;
+    if (e < E) {
+      const u32 a = off[e], b = off[e + 1];
+      const bool ok = a <= b && b <= p.m;
+      bad |= !ok;
+      cnt[i] = ok ? (b - a + BM - 1) / BM : 0;
+      each(e, a, b);
+    }
+    local += cnt[i];
+  }
+  if (bad && blockIdx.x == 0) report(p.err, ERR_OFFSETS);
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  u32 incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u32 v = __shfl_up_sync(0xffffffffu, incl, o);
+    if ((int)lane >= o) incl += v;
+  }
+  if (lane == 31) scan[warp] = incl;
+  __syncthreads();
+  u32 before = incl - local;
+  for (u32 w = 0; w < warp; ++w) before += scan[w];
+  return before;
+}
+
 // Finds this block's tile: blockIdx.y-th of the list of every expert's
 // ⌈rows / BM⌉ tiles (expert order), with all NT threads of the block. Bad
 // offsets (not monotone, past M) give their experts no tiles and are
@@ -198,37 +237,14 @@ __device__ __forceinline__ TcTile find_tile(const TcParams& p, u32* scan) {
     return t;
   }
   const u32* off = p.offsets;
-  const u32 E = p.n_experts;
   constexpr u32 EPT = 4;  // experts per thread: E ≤ 1024 (ops::sort)
   const u32 e0 = threadIdx.x * EPT;
-  u32 cnt[EPT], local = 0;
-  bool bad = threadIdx.x == 0 && (E == 0 || off[0] != 0 || off[E] != p.m);
+  u32 cnt[EPT];
+  if (threadIdx.x == 0) scan[AT] = TC_NONE;  // ordered by expert_tiles' barrier
+  const u32 before = expert_tiles<BM, NT, EPT>(p, cnt, scan, [](u32, u32, u32) {});
+  u32 local = 0;
 #pragma unroll
-  for (u32 i = 0; i < EPT; ++i) {
-    const u32 e = e0 + i;
-    cnt[i] = 0;
-    if (e < E) {
-      const u32 a = off[e], b = off[e + 1];
-      const bool ok = a <= b && b <= p.m;
-      bad |= !ok;
-      cnt[i] = ok ? (b - a + BM - 1) / BM : 0;
-    }
-    local += cnt[i];
-  }
-  if (bad && blockIdx.x == 0) report(p.err, ERR_OFFSETS);
-  // Exclusive block scan of `local`.
-  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  u32 incl = local;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u32 v = __shfl_up_sync(0xffffffffu, incl, o);
-    if ((int)lane >= o) incl += v;
-  }
-  if (lane == 31) scan[warp] = incl;
-  if (threadIdx.x == 0) scan[AT] = TC_NONE;
-  __syncthreads();
-  u32 before = incl - local;
-  for (u32 w = 0; w < warp; ++w) before += scan[w];
+  for (u32 i = 0; i < EPT; ++i) local += cnt[i];
   if (mt >= before && mt < before + local) {
     u32 at = before;
 #pragma unroll

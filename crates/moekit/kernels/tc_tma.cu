@@ -143,36 +143,12 @@ __device__ __forceinline__ u32 tile_starts(const TcParams& p, u32* tstart, u32* 
     }
     return 1;
   }
-  const u32* off = p.offsets;
   const u32 E = p.n_experts, e0 = threadIdx.x * EPT;
-  u32 cnt[EPT], local = 0;
-  bool bad = threadIdx.x == 0 && (E == 0 || off[0] != 0 || off[E] != p.m);
-#pragma unroll
-  for (u32 i = 0; i < EPT; ++i) {
-    const u32 e = e0 + i;
-    cnt[i] = 0;
-    if (e < E) {
-      const u32 a = off[e], b = off[e + 1];
-      const bool ok = a <= b && b <= p.m;
-      bad |= !ok;
-      cnt[i] = ok ? (b - a + BM - 1) / BM : 0;
-      toff[e] = a;
-      if (e + 1 == E) toff[E] = b;
-    }
-    local += cnt[i];
-  }
-  if (bad && blockIdx.x == 0) report(p.err, ERR_OFFSETS);
-  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  u32 incl = local;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u32 v = __shfl_up_sync(0xffffffffu, incl, o);
-    if ((int)lane >= o) incl += v;
-  }
-  if (lane == 31) scan[warp] = incl;
-  __syncthreads();
-  u32 at = incl - local;
-  for (u32 w = 0; w < warp; ++w) at += scan[w];
+  u32 cnt[EPT];
+  u32 at = expert_tiles<BM, NT, EPT>(p, cnt, scan, [&](u32 e, u32 a, u32 b) {
+    toff[e] = a;
+    if (e + 1 == E) toff[E] = b;
+  });
 #pragma unroll
   for (u32 i = 0; i < EPT; ++i) {
     const u32 e = e0 + i;

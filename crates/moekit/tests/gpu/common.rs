@@ -4,6 +4,7 @@
 use moekit::cpu::{with_act_mode, ActMode};
 use moekit::moe::MoeBlock;
 use moekit::ops::sort::{expert_sort_on, ExpertSort};
+use moekit::testing::cuda::tc_gemm::TcRows;
 use moekit::{Backend, DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 
@@ -103,4 +104,55 @@ pub fn sort_of(t: usize, k: usize, e: usize, empty: &[usize], one: bool, seed: u
         .collect();
     let ids = Tensor::from_slice(&ids, &[t, k]).unwrap();
     expert_sort_on(Backend::CpuReference, &ids, e).unwrap()
+}
+
+/// An expert sort with expert j holding `counts[j]` of the tokens (k = 1),
+/// the tokens shuffled over the experts.
+pub fn sort_of_counts(counts: &[usize], seed: u64) -> ExpertSort {
+    use rand::seq::SliceRandom;
+    let mut ids: Vec<u32> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(e, &c)| std::iter::repeat_n(e as u32, c))
+        .collect();
+    ids.shuffle(&mut rng(seed));
+    let t = ids.len();
+    let ids = Tensor::from_slice(&ids, &[t, 1]).unwrap();
+    expert_sort_on(Backend::CpuReference, &ids, counts.len()).unwrap()
+}
+
+/// The bad row mappings a grouped GEMM must report and not follow, for 4
+/// experts and K = 128: three bad offset lists over 16 sorted rows of
+/// `x16`, then 16 gathered slots (k = 2) over `x8` with slot 3 past T·k.
+/// `run(x, rows, out)` runs the GEMM into a poisoned `[16, 64]` output;
+/// each case must leave an error.
+pub fn check_bad_rows(run: &dyn Fn(&Tensor, TcRows<'_>, &Tensor)) {
+    let dev = moekit::cuda::device(0).unwrap();
+    let x16 = random(&[16, 128], DType::Bf16, 2).to_device(gpu()).unwrap();
+    for off in [[0u32, 8, 4, 16, 16], [0, 4, 8, 12, 1000], [3, 4, 8, 12, 16]] {
+        let o = Tensor::from_slice(&off, &[5])
+            .unwrap()
+            .to_device(gpu())
+            .unwrap();
+        run(&x16, TcRows::Sorted(&o), &poisoned(&[16, 64], DType::Bf16));
+        assert!(dev.check_errors().is_err(), "offsets {off:?} not reported");
+    }
+    let o = Tensor::from_slice(&[0u32, 16, 16, 16, 16], &[5])
+        .unwrap()
+        .to_device(gpu())
+        .unwrap();
+    let mut s: Vec<u32> = (0..16).collect();
+    s[3] = 1 << 30;
+    let s = Tensor::from_slice(&s, &[16])
+        .unwrap()
+        .to_device(gpu())
+        .unwrap();
+    let x8 = random(&[8, 128], DType::Bf16, 2).to_device(gpu()).unwrap();
+    let rows = TcRows::Gathered {
+        offsets: &o,
+        sorted: &s,
+        top_k: 2,
+    };
+    run(&x8, rows, &poisoned(&[16, 64], DType::Bf16));
+    assert!(dev.check_errors().is_err(), "a slot past T·k not reported");
 }

@@ -211,21 +211,6 @@ fn every_tile_size_and_edge_layouts() {
     check(q4k, DType::Bf16, 0, 2, 8, &sort, 64, 256);
 }
 
-/// An expert sort with expert j holding `counts[j]` of the tokens (k = 1),
-/// the tokens shuffled over the experts.
-fn sort_of_counts(counts: &[usize], seed: u64) -> ExpertSort {
-    use rand::seq::SliceRandom;
-    let mut ids: Vec<u32> = counts
-        .iter()
-        .enumerate()
-        .flat_map(|(e, &c)| std::iter::repeat_n(e as u32, c))
-        .collect();
-    ids.shuffle(&mut rng(seed));
-    let t = ids.len();
-    let ids = Tensor::from_slice(&ids, &[t, 1]).unwrap();
-    moekit::ops::sort::expert_sort_on(Backend::CpuReference, &ids, counts.len()).unwrap()
-}
-
 /// Tiles narrower than their instance (`RaWidths`): 64-row tiles of 3 to
 /// 64 rows, on both sides of 16 and 32 (wgmma N = 64, 32, 16), and 128-row
 /// tiles of 2 to 128 rows, on both sides of 32 and 64 (N = 128, 64, 32), for

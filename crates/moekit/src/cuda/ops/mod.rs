@@ -317,7 +317,8 @@ pub fn launch_count() -> u64 {
 }
 
 /// The architectures the library requests instances of `source` for:
-/// `tc_ra.cu` runs on sm_90a only ([`tc_ra::supports`]), every other source
+/// `tc_ra.cu` and `tc_tma.cu` run on sm_90a only ([`tc_ra::supports`],
+/// [`tc_tma::supports`]), every other source
 /// on sm_80 and sm_90a alike.
 pub fn instance_arches(source: &Source) -> &'static [super::Arch] {
     if std::ptr::eq(source, &tc_ra::SRC) || std::ptr::eq(source, &tc_tma::SRC) {

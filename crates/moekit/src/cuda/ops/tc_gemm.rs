@@ -26,6 +26,7 @@ use super::tc_parts::{MAX_PARTS, PARTS};
 use super::GluParams;
 use super::{check_out, ctype, launch, u32_of, Geometry};
 use crate::cuda::jit::Source;
+use crate::cuda::Arch;
 use crate::dtype::DType;
 use crate::error::{ensure, invalid, Result};
 use crate::format::{QuantWeights, WeightFormat};
@@ -121,6 +122,45 @@ pub fn supports(
             "{} tiles need {need} bytes of shared memory a block; the device allows {smem_optin}",
             w.format()
         ));
+    }
+    Ok(())
+}
+
+/// Whether a device of `arch` runs the sm_90a schedules of this GEMM
+/// ([`super::tc_ra`], [`super::tc_tma`]: wgmma); the reason, naming `kernel`,
+/// when not.
+pub(crate) fn sm90_arch(kernel: &str, arch: Arch) -> std::result::Result<(), String> {
+    if arch.major != 9 {
+        return Err(format!(
+            "sm_{}{}: {kernel} needs sm_90a (wgmma)",
+            arch.major, arch.minor
+        ));
+    }
+    Ok(())
+}
+
+/// The checks the sm_90a schedules share: the architecture, bf16 or f16
+/// activations, K a positive multiple of `k_step`, at most [`MAX_EXPERTS`]
+/// experts; the reason, naming `kernel`, when one fails.
+pub(crate) fn sm90_operands(
+    kernel: &str,
+    dtype: DType,
+    w: &QuantWeights,
+    arch: Arch,
+    k_step: usize,
+) -> std::result::Result<(), String> {
+    sm90_arch(kernel, arch)?;
+    if !matches!(dtype, DType::F16 | DType::Bf16) {
+        return Err(format!("{dtype} activations: it multiplies bf16 or f16"));
+    }
+    let k = w.cols();
+    if k == 0 || !k.is_multiple_of(k_step) {
+        return Err(format!(
+            "K = {k}: {kernel} needs K a positive multiple of {k_step}"
+        ));
+    }
+    if w.n_experts() > MAX_EXPERTS {
+        return Err(format!("{} experts: at most {MAX_EXPERTS}", w.n_experts()));
     }
     Ok(())
 }

@@ -203,35 +203,16 @@ pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize, format: WeightFo
 /// Whether `tc_ra` runs on a device of `arch` (sm_90a: wgmma); the reason
 /// when not.
 pub fn supports_arch(arch: Arch) -> std::result::Result<(), String> {
-    if arch.major != 9 {
-        return Err(format!(
-            "sm_{}{}: the register-operand GEMM needs sm_90a (wgmma)",
-            arch.major, arch.minor
-        ));
-    }
-    Ok(())
+    tc_gemm::sm90_arch(KERNEL, arch)
 }
+
+/// The kernel as its refusals name it.
+const KERNEL: &str = "the register-operand GEMM";
 
 /// Whether `tc_ra` takes activations of `dtype` against `w` on a device of
 /// `arch`; the reason when it does not.
 pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Result<(), String> {
-    supports_arch(arch)?;
-    if !matches!(dtype, DType::F16 | DType::Bf16) {
-        return Err(format!("{dtype} activations: it multiplies bf16 or f16"));
-    }
-    let k = w.cols();
-    if k == 0 || !k.is_multiple_of(SPAN) {
-        return Err(format!(
-            "K = {k}: the register-operand GEMM needs K a positive multiple of {SPAN}"
-        ));
-    }
-    if w.n_experts() > tc_gemm::MAX_EXPERTS {
-        return Err(format!(
-            "{} experts: at most {}",
-            w.n_experts(),
-            tc_gemm::MAX_EXPERTS
-        ));
-    }
+    tc_gemm::sm90_operands(KERNEL, dtype, w, arch, SPAN)?;
     let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
     format_type(w.format(), scale_dtype).map_err(|e| e.to_string())?;
     Ok(())

@@ -75,42 +75,14 @@ pub(crate) fn smem_bytes(bm: usize) -> usize {
     s * stage + 1024
 }
 
-/// Whether `tc_tma` runs on a device of `arch` (sm_90a: wgmma and TMA);
-/// the reason when not.
-pub fn supports_arch(arch: Arch) -> std::result::Result<(), String> {
-    if arch.major != 9 {
-        return Err(format!(
-            "sm_{}{}: the TMA GEMM needs sm_90a (wgmma, TMA)",
-            arch.major, arch.minor
-        ));
-    }
-    Ok(())
-}
-
 /// Whether `tc_tma` takes activations of `dtype` against `w` on a device
-/// of `arch`; the reason when it does not.
+/// of `arch` (sm_90a: wgmma and TMA); the reason when it does not.
 pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Result<(), String> {
-    supports_arch(arch)?;
-    if !matches!(dtype, DType::F16 | DType::Bf16) {
-        return Err(format!("{dtype} activations: it multiplies bf16 or f16"));
-    }
+    super::tc_gemm::sm90_operands("the TMA GEMM", dtype, w, arch, STEP)?;
     if w.format() != WeightFormat::Dense(dtype) {
         return Err(format!(
             "{} weights: it copies dense {dtype} weights (the activation type) by TMA",
             w.format()
-        ));
-    }
-    let k = w.cols();
-    if k == 0 || !k.is_multiple_of(STEP) {
-        return Err(format!(
-            "K = {k}: the TMA GEMM needs K a positive multiple of {STEP}"
-        ));
-    }
-    if w.n_experts() > super::tc_gemm::MAX_EXPERTS {
-        return Err(format!(
-            "{} experts: at most {}",
-            w.n_experts(),
-            super::tc_gemm::MAX_EXPERTS
         ));
     }
     // TMA row coordinates are i32: every weight row, plus a box past the last.
