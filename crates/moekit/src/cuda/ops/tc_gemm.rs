@@ -452,10 +452,13 @@ pub(crate) fn run_kernel(
         glu,
     };
     if kernel == Kernel::Tma {
-        let maps = [
-            super::tc_tma::tensor_map(op, srcs[0].0)?,
-            super::tc_tma::tensor_map(op, srcs[1].0)?,
-        ];
+        let m0 = super::tc_tma::tensor_map(op, srcs[0].0)?;
+        let m1 = if p_sources == 2 {
+            super::tc_tma::tensor_map(op, srcs[1].0)?
+        } else {
+            m0
+        };
+        let maps = [m0, m1];
         let tp = super::tc_tma::TmaParams {
             map: maps,
             tc: params,
