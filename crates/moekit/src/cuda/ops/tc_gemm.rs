@@ -126,6 +126,28 @@ pub fn supports(
     Ok(())
 }
 
+/// How the MoE block uses one of the sm_90a schedules ([`super::tc_ra`],
+/// [`super::tc_tma`]): never, where its table says, or at every tile it
+/// can run (an A/B knob for measuring the table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Use {
+    Never,
+    Table,
+    Everywhere,
+}
+
+impl Use {
+    /// From environment variable `var`: `0` never, `all` everywhere, else
+    /// (unset or anything else) the table.
+    pub(crate) fn from_env(var: &str) -> Use {
+        match std::env::var(var).as_deref() {
+            Ok("0") => Use::Never,
+            Ok("all") => Use::Everywhere,
+            _ => Use::Table,
+        }
+    }
+}
+
 /// Whether a device of `arch` runs the sm_90a schedules of this GEMM
 /// ([`super::tc_ra`], [`super::tc_tma`]: wgmma); the reason, naming `kernel`,
 /// when not.

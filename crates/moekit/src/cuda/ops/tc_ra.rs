@@ -268,23 +268,14 @@ pub fn max_tile(format: WeightFormat) -> usize {
     }
 }
 
+pub(crate) use super::tc_gemm::Use;
+
 /// How the MoE block uses `tc_ra`, from `MOEKIT_TC_RA` (read once): `0`
 /// never, `all` at every tile it can run (to measure [`max_tile`]'s
 /// table), else where [`max_tile`] says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Use {
-    Never,
-    Table,
-    Everywhere,
-}
-
 pub(crate) fn use_mode() -> Use {
     static ENV: std::sync::OnceLock<Use> = std::sync::OnceLock::new();
-    *ENV.get_or_init(|| match std::env::var("MOEKIT_TC_RA").as_deref() {
-        Ok("0") => Use::Never,
-        Ok("all") => Use::Everywhere,
-        _ => Use::Table,
-    })
+    *ENV.get_or_init(|| Use::from_env("MOEKIT_TC_RA"))
 }
 
 /// Whether `tc_ra` runs `w` at tiles of `bm` rows ([`max_tile`]; every

@@ -93,22 +93,13 @@ pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Resu
     Ok(())
 }
 
+pub(crate) use super::tc_gemm::Use;
+
 /// How the MoE block uses `tc_tma`, from `MOEKIT_TC_TMA` (read once): `0`
 /// never, `all` at every tile it has, else from [`MIN_TILE`] rows up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Use {
-    Never,
-    Table,
-    Everywhere,
-}
-
 pub(crate) fn use_mode() -> Use {
     static ENV: std::sync::OnceLock<Use> = std::sync::OnceLock::new();
-    *ENV.get_or_init(|| match std::env::var("MOEKIT_TC_TMA").as_deref() {
-        Ok("0") => Use::Never,
-        Ok("all") => Use::Everywhere,
-        _ => Use::Table,
-    })
+    *ENV.get_or_init(|| Use::from_env("MOEKIT_TC_TMA"))
 }
 
 /// The staged kernel's tile (rows of x) from which the MoE block runs dense
