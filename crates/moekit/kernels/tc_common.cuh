@@ -1,7 +1,8 @@
 // moekit/tc_common.cuh — the building blocks of the tensor-core grouped
 // expert GEMM (tc_gemm.cu), kept apart from its schedule so that other
 // schedules of the same GEMM (tc_ra.cu, tc_tma.cu) share them: the launch
-// parameters, the raw (packed) weight row layout in shared memory, the swizzled 64-column tiles, the search for a block's tile in the
+// parameters, the raw (packed) weight row layout in shared memory, the
+// swizzled 64-column tiles, the count and search of tiles in the
 // expert-sorted rows, and the copies and decode slices of the 256 threads
 // that stage a tile (two threads a weight row, 32 columns each).
 //

@@ -294,7 +294,8 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
   // all four quarters (N = 256); BM = 64: all 64 x rows against quarters
   // 2c and 2c + 1 (N = 128). Either way a thread's accumulators for weight
   // row w and w + 64 of its range are the gate and up rows of one column
-  // (P = 2), and each holds two adjacent columns (c = 0, 1): paired stores.
+  // (P = 2), and each holds two adjacent columns (c = 0, 1): one word of
+  // output a pair (the epilogue below).
   constexpr int WN = BM == 128 ? 256 : 128;  // weight rows a warpgroup multiplies
   constexpr int NACC = WN / 2;
   const u32 cw = (warp >> 2) - 1u;  // 0 or 1

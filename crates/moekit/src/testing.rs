@@ -73,8 +73,6 @@ pub mod cuda {
     }
     /// `kernels/tc_tma.cu`.
     pub mod tc_tma {
-        pub use crate::cuda::ops::tc_tma::{
-            glu_into, matmul_into, supports, tile_rows, STEP, TILE_ROWS,
-        };
+        pub use crate::cuda::ops::tc_tma::{glu_into, matmul_into, supports, tile_rows};
     }
 }

@@ -156,3 +156,16 @@ pub fn check_bad_rows(run: &dyn Fn(&Tensor, TcRows<'_>, &Tensor)) {
     run(&x8, rows, &poisoned(&[16, 64], DType::Bf16));
     assert!(dev.check_errors().is_err(), "a slot past T·k not reported");
 }
+
+/// A token's output alone equals its row in the batch: `run` maps x
+/// (`[T, K]` on the host) to its output `[T, n]` (f32, host); tokens 0,
+/// T / 2 and T − 1 are each run alone.
+pub fn check_alone_equals_batch(x: &Tensor, n: usize, run: &dyn Fn(&Tensor) -> Vec<f32>) {
+    let (t, kk) = (x.shape()[0], x.shape()[1]);
+    let full = run(x);
+    let rows = x.to_f32_vec().unwrap();
+    for i in [0, t / 2, t - 1] {
+        let one = Tensor::from_f32(&rows[i * kk..(i + 1) * kk], &[1, kk], x.dtype()).unwrap();
+        assert_eq!(run(&one), full[i * n..(i + 1) * n].to_vec(), "token {i}");
+    }
+}

@@ -269,12 +269,7 @@ fn batch_invariant() {
         matmul_into(&xp, &w, TcRows::Single, &out).unwrap();
         host_f32(&out)
     };
-    let full = run(&x);
-    let rows = x.to_f32_vec().unwrap();
-    for t in [0usize, 150, 299] {
-        let one = Tensor::from_f32(&rows[t * kk..(t + 1) * kk], &[1, kk], DType::Bf16).unwrap();
-        assert_eq!(run(&one), full[t * n..(t + 1) * n].to_vec(), "token {t}");
-    }
+    check_alone_equals_batch(&x, n, &run);
 }
 
 /// A reduced sweep for compute-sanitizer (memcheck, racecheck): packed

@@ -440,7 +440,8 @@ pub(crate) fn run_kernel(
             (bm, tc_ra::smem_bytes(bm), &tc_ra::SRC, name, flags)
         }
         Kernel::Tma => {
-            let (bm, smem, name) = super::tc_tma::launch_shape(op, x, p_sources, m, e, n)?;
+            let (bm, smem, name) =
+                super::tc_tma::launch_shape(op, x, p_sources, m, e, n.div_ceil(bn))?;
             (bm, smem, &super::tc_tma::SRC, name, 0)
         }
     };

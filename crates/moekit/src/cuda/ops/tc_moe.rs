@@ -140,13 +140,7 @@ fn tma_kernels(
     m: usize,
     plain_glu: bool,
 ) -> Option<ExpertKernels> {
-    if tc_tma::use_mode() == tc_tma::Use::Never {
-        return None;
-    }
-    let crate::Device::Cuda(n) = x.device() else {
-        return None;
-    };
-    let arch = crate::cuda::device(n).ok()?.arch();
+    let arch = arch_if(tc_tma::use_mode() != tc_tma::Use::Never, x)?;
     let e = gate_up.n_experts();
     let takes = |w: &QuantWeights, p: usize, cols: usize| {
         let bn = tc_tma::WEIGHT_ROWS / p;
@@ -174,16 +168,18 @@ pub(crate) fn ra_format(format: WeightFormat, x: &Tensor) -> bool {
         && tc_ra::max_tile(format) >= tc_ra::TILE_ROWS[0]
 }
 
-/// The architecture of `x`'s CUDA device while `tc_ra` is enabled
-/// (`MOEKIT_TC_RA` not `0`); None elsewhere.
-fn ra_arch(x: &Tensor) -> Option<crate::cuda::Arch> {
-    if tc_ra::use_mode() == tc_ra::Use::Never {
-        return None;
-    }
+/// The architecture of `x`'s CUDA device while a schedule is enabled
+/// (`on`: its `MOEKIT_TC_*` knob not `0`); None elsewhere.
+fn arch_if(on: bool, x: &Tensor) -> Option<crate::cuda::Arch> {
     match x.device() {
-        crate::Device::Cuda(n) => crate::cuda::device(n).map(|d| d.arch()).ok(),
+        crate::Device::Cuda(n) if on => crate::cuda::device(n).map(|d| d.arch()).ok(),
         _ => None,
     }
+}
+
+/// [`arch_if`] for `tc_ra` (`MOEKIT_TC_RA`).
+fn ra_arch(x: &Tensor) -> Option<crate::cuda::Arch> {
+    arch_if(tc_ra::use_mode() != tc_ra::Use::Never, x)
 }
 
 /// The router's dense f32 weights split into hi/lo halves of an activation

@@ -207,22 +207,18 @@ pub(crate) fn tensor_map(op: &'static str, w: &QuantWeights) -> Result<TmaMap> {
     }))
 }
 
-/// The launch of `kernel` = [`Kernel::Tma`] for [`super::tc_gemm::run_kernel`]:
-/// its tile, shared memory, instance name and block size.
+/// The launch of [`Kernel::Tma`] for [`super::tc_gemm::run_kernel`] over
+/// `m` rows, `n_experts` experts and `col_blocks` column blocks: its tile,
+/// shared memory and instance name.
 pub(crate) fn launch_shape(
     op: &'static str,
     x: &Tensor,
     p_sources: usize,
     m: usize,
     n_experts: usize,
-    n: usize,
+    col_blocks: usize,
 ) -> Result<(usize, usize, String)> {
-    let bn = if p_sources == 1 {
-        WEIGHT_ROWS
-    } else {
-        WEIGHT_ROWS / 2
-    };
-    let bm = tile_rows(m, n_experts, n.div_ceil(bn));
+    let bm = tile_rows(m, n_experts, col_blocks);
     if !(1..=2).contains(&p_sources) {
         return Err(invalid(
             op,

@@ -7,11 +7,12 @@
 //! IQ2_XS, IQ2_S, IQ1_S, IQ1_M: four 8-byte entries a chunk, measured faster
 //! than AVX2 gathers of 4 on Zen 4 — IQ2_S 22.0 → 18.2, IQ1_S 25.4 → 21.3,
 //! IQ1_M 27.8 → 23.1 ns a super-block in cache) or AVX2 gathers (IQ3_XXS,
-//! IQ3_S: 8 entries of 4 bytes, 20% faster than scalar loads); the signs are bytes ±1: the 7-bit
-//! `ksigns_iq2xs` indices of IQ2_XXS, IQ2_XS, IQ3_XXS spread to their
-//! bytes with the eighth sign their parity ([`signs7_at`], no table; for
-//! IQ2_XS a 128-entry table, [`signs7_table`]), the
-//! sign bits of IQ2_S, IQ3_S spread by a byte shuffle ([`sign_bits`]),
+//! IQ3_S: 8 entries of 4 bytes, 20% faster than scalar loads); the signs
+//! are bytes ±1: the 7-bit `ksigns_iq2xs` indices of IQ2_XXS, IQ2_XS,
+//! IQ3_XXS spread to their bytes with the eighth sign their parity
+//! ([`signs7_at`], no table; for IQ2_XS a 128-entry table,
+//! [`signs7_table`]), the sign bits of IQ2_S, IQ3_S spread by a byte
+//! shuffle ([`sign_bits`]),
 //! IQ1_* and TQ* `q` itself. Per chunk and activation row, `vpmaddubsw(|q|,
 //! sign(y, q))` gives the pair sums `q·y` (16 bits: `|q| ≤ 62`), and
 //! [`Dot::dpwssd`] adds them times the 16-bit multipliers `2^s·sc` (the
