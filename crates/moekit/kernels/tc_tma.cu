@@ -1,16 +1,22 @@
 // tc_tma.cu — the grouped expert GEMM of tc_gemm.cu (same parameters, rows,
-// tiles and outputs: P = 1 plain, P = 2 gate and up with SwiGLU) for dense
-// weights of the activation type T on sm_90a, in a warp-specialized
-// schedule: one producer warpgroup fills a ring of shared-memory stages, two
+// tiles and outputs: P = 1 plain, P = 2 gate and up with SwiGLU, GLU = true
+// with p.glu's general activation and biases) for weights of format F and
+// activations T on sm_90a, in a warp-specialized schedule: one producer warpgroup fills a ring of shared-memory stages, two
 // consumer warpgroups multiply from it with wgmma, and full/empty mbarriers
 // pass each stage between them — no block-wide barrier in the K loop, and
 // the tensor cores never wait for a step's copies to be issued.
 //
 // Tile: 256 weight rows × BM (64, 128) rows of x, 64 columns a step.
-//   * Weights: four TMA boxes a stage (64 rows × 64 columns, 128-byte
-//     swizzle: wgmma's K-major layout) through one tensor map per source,
-//     [E·rows, K] of T. Quarter q of the stage: P = 1 rows n0 + 64q; P = 2
-//     gate (q even) or up (q odd) rows n0 + 64⌊q/2⌋ (128 output columns).
+//   * Weights, as 64-row quarters of the stage (64 × 64 of T, 128-byte
+//     swizzle: wgmma's K-major layout). Quarter q: P = 1 rows n0 + 64q;
+//     P = 2 gate (q even) or up (q odd) rows n0 + 64⌊q/2⌋ (128 output
+//     columns). Dense weights of T (F = FmtDense<T>): one TMA box a quarter
+//     through one tensor map per source, [E·rows, K] of T. Any other format:
+//     the producer threads decode them — thread t takes the 32-column half
+//     t % 2 of row t / 2 of every quarter, loaded from global memory one
+//     step ahead into its format's decoder (DecOf, the decode path's and
+//     tc_ra's), and stores the decoded units into the stage (st.shared,
+//     then fence.proxy.async for wgmma's async proxy).
 //   * x: the tile's BM rows (gathered through the sort: x is never
 //     permuted) with cp.async, 16 bytes a copy, into the same swizzled
 //     layout; each producer thread's copies arrive on the stage's full
@@ -32,10 +38,10 @@
 // deterministic, batch-invariant, and the same bits as tc_gemm's wgmma
 // tiles (GPU test tc_tma::matches_cpu_and_the_staged_kernel).
 //
-// Needs K a multiple of 64 (tc_tma.rs checks) and plain SwiGLU (GluParams'
-// general activations and biases stay on the staged kernel).
+// Needs K a multiple of 64 (tc_tma.rs checks).
 #include "moekit/tc_common.cuh"
 #include "moekit/wgmma.cuh"
+#include "moekit/decode_mma.cuh"
 
 namespace moekit {
 
@@ -180,24 +186,67 @@ __device__ __forceinline__ TcTile tile_at(const u32* tstart, const u32* toff, u3
   return t;
 }
 
+// The producer's decoded weights (F not FmtDense<T>): thread t's four
+// slices of a step — the 32-column half t % 2 of row t / 2 of each quarter.
+template <typename F, typename T, int P>
+struct TmaDecode {
+  typedef typename DecOf<F, T>::type D;
+  QRow rows[4];
+  u32 live;  // bit q: quarter q's row is a weight row (below N)
+  // The tile's rows: quarter q's row n of source P == 2 ? q % 2 : 0.
+  __device__ __forceinline__ void bind(const TcParams& p, u32 e, u32 n0, u32 tid) {
+    live = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const WeightSrc& s = p.src[P == 2 ? (q & 1) : 0];
+      const u32 n = n0 + TMA_BOX * (P == 1 ? q : q >> 1) + (tid >> 1);
+      if (n < p.n) live |= 1u << q;
+      rows[q] = make_row<F>(s.data, s.scales, s.biases, (u64)e * s.rows + s.row_offset + (n < p.n ? n : n0), p.k,
+                            p.group_shift);
+    }
+  }
+  // Step j's slices into d (global loads; a dead row reads nothing).
+  __device__ __forceinline__ void load(D (&d)[4], u32 j, u32 tid) const {
+    const u32 kc = j * TC_BK + 32u * (tid & 1u);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) d[q].load(global_slice<F>(rows[q], kc, (live >> q) & 1u));
+  }
+  // The decoded units of d into the weight stage at w (swizzled rows).
+  __device__ __forceinline__ static void store(const D (&d)[4], u32 w, u32 tid) {
+    const u32 r = tid >> 1, h = tid & 1u;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const uint4 v = d[q].unit(u);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(w + q * TMA_BOX * 128 + swz(r, 4u * h + u)),
+                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                     : "memory");
+      }
+  }
+};
+
 // Grid: (blocks, 1), persistent: block b takes tiles b, b + gridDim.x, …
 // of the list (row tile mt, column block cb) in the order t = mt·cols + cb
 // (the column blocks of a row tile run side by side and share its x rows in
 // L2). The producer and the consumers walk the same list; the stage ring
 // runs on across tiles, so the producer fills the next tile's first stages
 // while the consumers store this one.
-template <typename T, int P, int BM>
+template <typename F, typename T, int P, int BM, bool GLU = false>
 __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__ TmaParams tp) {
   const TcParams& p = tp.tc;
   typedef TmaGeo<BM> G;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(P == 1 || P == 2, "one source, or gate and up");
+  static_assert(!GLU || P == 2, "GLU: the general activation of gate and up");
+  // Dense weights of T come by TMA; every other format through its decoder.
+  constexpr bool BY_TMA = is_same<F, FmtDense<T>>::value;
   extern __shared__ __align__(128) u8 smem[];
   __shared__ u32 scan[TMA_THREADS / 32];
   __shared__ u32 tstart[TMA_MAX_E + 1], toff[TMA_MAX_E + 1];
   __shared__ __align__(8) u64 bars[2 * G::S];  // full[S], then empty[S]
   const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-  if (tid == 0) {
+  if (BY_TMA && tid == 0) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tp.map[0])) : "memory");
     if (P == 2) asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&tp.map[1])) : "memory");
   }
@@ -217,8 +266,10 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
   const u32 full0 = smem_addr(bars), empty0 = full0 + 8u * G::S;
   if (tid == 0) {
     for (int s = 0; s < G::S; ++s) {
-      mbar_init(full0 + 8u * s, 128u + 1u);  // producer threads' copies + the TMA thread's expect_tx
-      mbar_init(empty0 + 8u * s, 8u);        // one arrival a consumer warp
+      // The producer threads' copies, and the TMA thread's expect_tx or
+      // each producer thread's arrival after its decoded stores.
+      mbar_init(full0 + 8u * s, BY_TMA ? 128u + 1u : 256u);
+      mbar_init(empty0 + 8u * s, 8u);  // one arrival a consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -230,7 +281,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
   const u32 n_tiles = tstart[E] * cols;
 
   if (warp < 4) {
-    // Producer warpgroup: thread t copies unit t % 8 of rows t / 8 + 16i.
+    // Producer warpgroup: thread t copies unit t % 8 of x rows t / 8 + 16i.
     constexpr int PER = BM * 8 / 128;
     const u32 u = tid & 7u;
     const T* x = static_cast<const T*>(p.x);
@@ -256,24 +307,8 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
           }
         }
       }
-      // The tile's first weight row of each source in its tensor map.
-      const int wr0 = (int)(tile.e * p.src[0].rows + p.src[0].row_offset + n0);
-      const int wr1 = (int)(tile.e * p.src[P - 1].rows + p.src[P - 1].row_offset + n0);
-      for (u32 j = 0; j < n_steps; ++j, ++g) {
-        const u32 s = g % G::S, round = g / G::S;
-        if (round > 0) mbar_wait(empty0 + 8u * s, (round - 1) & 1u);
-        const u32 full = full0 + 8u * s;
-        if (tid == 0) {
-          const u32 wdst = w_sm + s * TMA_W_BYTES;
-          mbar_expect_tx(full, TMA_W_BYTES);
-          // Quarter q of the stage: P = 1 rows n0 + 64q; P = 2 gate (q
-          // even) or up (q odd) rows n0 + 64⌊q/2⌋.
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int row = P == 1 ? wr0 + TMA_BOX * q : (q & 1 ? wr1 : wr0) + TMA_BOX * (q >> 1);
-            tma_2d(wdst + q * TMA_BOX * 128, tp.map[P == 2 && (q & 1) ? 1 : 0], (int)(j * TC_BK), row, full);
-          }
-        }
+      // x's copies of step j into stage s, arriving on its full barrier.
+      auto copy_x = [&](u32 j, u32 s) {
         const u32 xdst = x_sm + s * G::X_BYTES;
         const u32 kb = j * TC_BK * (u32)sizeof(T);
 #pragma unroll
@@ -282,7 +317,48 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(xdst + swz((tid >> 3) + 16u * i, u)),
                          "l"(src[i] + kb)
                          : "memory");
-        cp_async_arrive(full);
+        cp_async_arrive(full0 + 8u * s);
+      };
+      if constexpr (BY_TMA) {
+        // The tile's first weight row of each source in its tensor map.
+        const int wr0 = (int)(tile.e * p.src[0].rows + p.src[0].row_offset + n0);
+        const int wr1 = (int)(tile.e * p.src[P - 1].rows + p.src[P - 1].row_offset + n0);
+        for (u32 j = 0; j < n_steps; ++j, ++g) {
+          const u32 s = g % G::S, round = g / G::S;
+          if (round > 0) mbar_wait(empty0 + 8u * s, (round - 1) & 1u);
+          const u32 full = full0 + 8u * s;
+          if (tid == 0) {
+            const u32 wdst = w_sm + s * TMA_W_BYTES;
+            mbar_expect_tx(full, TMA_W_BYTES);
+            // Quarter q of the stage: P = 1 rows n0 + 64q; P = 2 gate (q
+            // even) or up (q odd) rows n0 + 64⌊q/2⌋.
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int row = P == 1 ? wr0 + TMA_BOX * q : (q & 1 ? wr1 : wr0) + TMA_BOX * (q >> 1);
+              tma_2d(wdst + q * TMA_BOX * 128, tp.map[P == 2 && (q & 1) ? 1 : 0], (int)(j * TC_BK), row, full);
+            }
+          }
+          copy_x(j, s);
+        }
+      } else {
+        // Decoded weights: step j + 1's loads in flight while step j's
+        // units are decoded and stored.
+        typedef TmaDecode<F, T, P> W;
+        W wd;
+        wd.bind(p, tile.e, n0, tid);
+        typename W::D cur[4], nxt[4];
+        if (n_steps > 0) wd.load(cur, 0, tid);
+        for (u32 j = 0; j < n_steps; ++j, ++g) {
+          if (j + 1 < n_steps) wd.load(nxt, j + 1, tid);
+          const u32 s = g % G::S, round = g / G::S;
+          if (round > 0) mbar_wait(empty0 + 8u * s, (round - 1) & 1u);
+          copy_x(j, s);
+          W::store(cur, w_sm + s * TMA_W_BYTES, tid);
+          fence_async_smem();  // the generic proxy's stores → wgmma
+          mbar_arrive(full0 + 8u * s);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
+        }
       }
     }
     cp_async_wait<0>();  // no copy outlives its thread
@@ -341,15 +417,24 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
     // partners 8 on (P = 2); the four lanes of a quad hold 8 adjacent
     // columns of each jj.
     constexpr int NW = P == 1 ? NACC / 4 : NACC / 8;
+    // Output column of lane l's pair of word i.
+    auto col_of = [&](int i, u32 l) { return n0 + (P == 1 ? 64u : 32u) * q0 + 8u * i + 2u * l; };
     auto word = [&](int i, int h) -> u32 {
       const int jj = P == 1 ? i : 16 * (i / 8) + i % 8;
       const float v0 = acc[4 * jj + 2 * h], v1 = acc[4 * jj + 2 * h + 1];
       if constexpr (P == 1) return Pk<T>::pack(v0, v1);
       const float u0 = acc[(4 * (jj + 8) + 2 * h) % NACC], u1 = acc[(4 * (jj + 8) + 2 * h + 1) % NACC];
-      return Pk<T>::pack(silu(v0) * u0, silu(v1) * u1);
+      if constexpr (GLU) {
+        // Biases of columns past N are not read (clamped: their outputs
+        // are not stored).
+        const u32 c = col_of(i, t4);
+        const u64 at = (u64)tile.e * p.n;
+        return Pk<T>::pack(glu(p.glu, v0, u0, tile.e, at + min(c, p.n - 1)),
+                           glu(p.glu, v1, u1, tile.e, at + min(c + 1, p.n - 1)));
+      } else {
+        return Pk<T>::pack(silu(v0) * u0, silu(v1) * u1);
+      }
     };
-    // Output column of lane t4's pair of word i.
-    auto col_of = [&](int i, u32 l) { return n0 + (P == 1 ? 64u : 32u) * q0 + 8u * i + 2u * l; };
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const u32 r = xr0 + 16u * wi + gq + 8u * h;

@@ -5,7 +5,8 @@
 //! * the gate/up epilogues with gate and up scales (with SwiGLU, gpt-oss's
 //!   clamped SwiGLU with biases after the scales, and GELU-tanh): the
 //!   general path's `gather_glu`, the staged tensor-core `tc_gemm` and the
-//!   register-operand `tc_ra` (where it takes the format);
+//!   register-operand `tc_ra` (where it takes the format) and the TMA GEMM
+//!   `tc_tma`;
 //! * down's scale folded into the combine weights (`combine_weights_on`),
 //!   including an expert id out of range, which is reported;
 //! * whole blocks with all three scales forced through the general, decode
@@ -30,7 +31,7 @@ use moekit::ops::permute::permute_on;
 use moekit::ops::route::{RouterConfig, RouterKind, Routing};
 use moekit::testing::cuda::gather_mm::gather_glu_into;
 use moekit::testing::cuda::tc_gemm::{glu_into as tc_glu_into, TcRows};
-use moekit::testing::cuda::tc_ra;
+use moekit::testing::cuda::{tc_ra, tc_tma};
 use moekit::{Backend, DType, Device, QuantWeights, Tensor, WeightFormat};
 use rand::Rng;
 
@@ -119,6 +120,7 @@ fn glu_epilogues_apply_gate_and_up_scales() {
                 let xs = permute_on(Backend::CpuReference, &x, &sort).unwrap();
                 let gate = weights(f, E, I, H, 5);
                 let ra = tc_ra::supports(dt, &gate, arch);
+                let tma = tc_tma::supports(dt, &gate, arch);
                 let gu = GateUp::separate(gate, weights(f, E, I, H, 6)).unwrap();
                 let cpu_rows = RowExperts::Sorted(&sort.offsets);
                 let want = gather_glu_on(Backend::CpuReference, &xs, &gu, cpu_rows, &ffn)
@@ -185,6 +187,12 @@ fn glu_epilogues_apply_gate_and_up_scales() {
                         check("tc_ra", &out);
                     }
                     Err(why) => println!("tc_ra {what}: not taken ({why})"),
+                }
+                // The TMA GEMM (sm_90a), by TMA or through its decoders.
+                if tma.is_ok() {
+                    let out = poisoned(&[m, I], dt);
+                    tc_tma::glu_into(&x_gpu, &gu_gpu, gathered, &ffn_gpu, &out).unwrap();
+                    check("tc_tma", &out);
                 }
             }
         }

@@ -1,15 +1,18 @@
-//! The warp-specialized TMA GEMM for dense weights (`cuda::ops::tc_tma`,
-//! sm_90a) against the CPU reference and the staged kernel.
+//! The warp-specialized TMA GEMM (`cuda::ops::tc_tma`, sm_90a) against the
+//! CPU reference and the staged kernel.
 //!
-//! * bf16 and f16 weights and activations × {plain, SwiGLU fused and
-//!   separate}, rows gathered through an expert sort (plain) or sorted
+//! * bf16 and f16 weights and activations (by TMA) × {plain, SwiGLU fused
+//!   and separate}, rows gathered through an expert sort (plain) or sorted
 //!   (SwiGLU's input as the down GEMM takes it).
+//! * Quantized weights of every decoder family (fast and generic decoders,
+//!   K-quant super-blocks, 34-byte Q8_0 blocks, dense f16 weights under bf16
+//!   activations), decoded by the producer threads, the same way.
 //! * Both tile row counts (64, 128) on full and ragged tiles (128-row
 //!   tiles of at most 64 rows, where one consumer warpgroup idles); N not a
 //!   multiple of the 256- or 128-column tile; K a multiple of 64 but not of
 //!   128; experts with no rows; all rows on one expert; E = 512 with k = 10;
-//!   M = 0. K off the 64-column step, quantized weights and a general
-//!   activation are refused with their reasons.
+//!   M = 0. K off the 64-column step is refused with its reason.
+//! * gpt-oss's activation with biases and scales: `expert_scale.rs`.
 //! * Bit-identical to the staged kernel (the same k16 steps in the same
 //!   order), bit-identical reruns, and a token's row equal alone and in a
 //!   batch.
@@ -18,7 +21,7 @@
 
 use crate::common::*;
 use moekit::format::random::random_weights;
-use moekit::format::GgmlType;
+use moekit::format::{AffineParams, GgmlType};
 use moekit::ops::act::{gather_swiglu_on, GateUp};
 use moekit::ops::gather_mm::{gather_mm_on, RowExperts};
 use moekit::ops::permute::permute_on;
@@ -28,7 +31,17 @@ use moekit::testing::cuda::tc_tma::{glu_into, matmul_into, supports, tile_rows};
 use moekit::{Backend, DType, QuantWeights, Tensor, WeightFormat};
 
 fn weights(dt: DType, e: usize, n: usize, k: usize, seed: u64) -> QuantWeights {
-    random_weights(WeightFormat::Dense(dt), e, n, k, DType::F16, seed, &|| {}).unwrap()
+    weights_of(WeightFormat::Dense(dt), dt, e, n, k, seed)
+}
+
+/// Weights of format `f` (affine scales of the activation type `dt`).
+fn weights_of(f: WeightFormat, dt: DType, e: usize, n: usize, k: usize, seed: u64) -> QuantWeights {
+    let sd = if matches!(f, WeightFormat::Affine(_)) {
+        dt
+    } else {
+        DType::F16
+    };
+    random_weights(f, e, n, k, sd, seed, &|| {}).unwrap()
 }
 
 fn to_gpu(w: &QuantWeights) -> QuantWeights {
@@ -52,10 +65,26 @@ fn on_hopper() -> bool {
 
 /// Plain (gathered rows) and SwiGLU (sorted rows) GEMMs of `t` tokens × `k`
 /// slots over `e` experts, N = `n`, K = `kk`, against the CPU reference and
-/// the staged kernel.
+/// the staged kernel, dense weights of `dt`.
 #[allow(clippy::too_many_arguments)]
 fn check(dt: DType, t: usize, k: usize, e: usize, sort: &ExpertSort, n: usize, kk: usize) {
-    let what = format!("{dt} T={t} k={k} E={e} N={n} K={kk}");
+    check_of(WeightFormat::Dense(dt), dt, t, k, e, sort, n, kk);
+}
+
+/// [`check`] with weights of format `f`.
+#[allow(clippy::too_many_arguments)]
+fn check_of(
+    f: WeightFormat,
+    dt: DType,
+    t: usize,
+    k: usize,
+    e: usize,
+    sort: &ExpertSort,
+    n: usize,
+    kk: usize,
+) {
+    let weights = |_: DType, e, n, k, seed| weights_of(f, dt, e, n, k, seed);
+    let what = format!("{f} x {dt} T={t} k={k} E={e} N={n} K={kk}");
     eprintln!("tc_tma check: {what}");
     let m = t * k;
     let x = random(&[t, kk], dt, t as u64 + 1);
@@ -165,18 +194,48 @@ fn refuses_what_it_cannot_run() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("K = 96"), "{e}");
-    let q = WeightFormat::Ggml(GgmlType::Q4_K);
-    let x = random(&[4, 256], DType::Bf16, 1).to_device(gpu()).unwrap();
-    let wq = to_gpu(&random_weights(q, 1, 16, 256, DType::F16, 1, &|| {}).unwrap());
-    let e = matmul_into(&x, &wq, TcRows::Single, &out)
+    let xf = random(&[4, 128], DType::F32, 1).to_device(gpu()).unwrap();
+    let w = to_gpu(&weights(DType::Bf16, 1, 16, 128, 1));
+    let out = poisoned(&[4, 16], DType::F32);
+    let e = matmul_into(&xf, &w, TcRows::Single, &out)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("dense"), "{e}");
-    let wf = to_gpu(&weights(DType::F16, 1, 16, 256, 1));
-    let e = matmul_into(&x, &wf, TcRows::Single, &out)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("dense"), "{e}");
+    assert!(e.contains("activations"), "{e}");
+}
+
+/// Quantized weights, decoded by the producer threads: a format of each
+/// decoder family (MLX affine 4- and 8-bit, Q4_K and Q6_K super-blocks,
+/// Q8_0's 34-byte and Q4_0's 18-byte blocks, IQ2_XXS's generic decoder,
+/// dense f16 under bf16 activations) on 64- and 128-row tiles.
+#[test]
+fn quantized_formats_match_cpu_and_the_staged_kernel() {
+    if !on_hopper() {
+        return;
+    }
+    let affine = |bits, group_size| WeightFormat::Affine(AffineParams { bits, group_size });
+    let g = WeightFormat::Ggml;
+    let formats = [
+        affine(4, 64),
+        affine(8, 64),
+        g(GgmlType::Q4_K),
+        g(GgmlType::Q6_K),
+        g(GgmlType::Q8_0),
+        g(GgmlType::Q4_0),
+        g(GgmlType::IQ2_XXS),
+        WeightFormat::Dense(DType::F16),
+    ];
+    for f in formats {
+        // 64-row tiles (T = 100), 128-row tiles with several an expert
+        // (T = 1500); N = 264: a ragged last column block.
+        for t in [100, 1500] {
+            let sort = sort_of(t, 2, 8, &[3], false, t as u64);
+            check_of(f, DType::Bf16, t, 2, 8, &sort, 264, 512);
+        }
+    }
+    for f in [affine(4, 64), g(GgmlType::Q4_K)] {
+        let sort = sort_of(600, 2, 8, &[3], false, 600);
+        check_of(f, DType::F16, 600, 2, 8, &sort, 264, 512);
+    }
 }
 
 /// Bad offsets and a gathered slot past T·k are reported and not followed
@@ -224,4 +283,13 @@ fn sanitizer_sweep() {
     check(DType::Bf16, 150, 2, 4, &sort, 264, 128);
     let sort = sort_of(20, 2, 4, &[], false, 6);
     check(DType::Bf16, 20, 2, 4, &sort, 72, 128);
+    // Decoded weights: the fast affine decoder and Q8_0's unaligned blocks.
+    let affine4 = WeightFormat::Affine(AffineParams {
+        bits: 4,
+        group_size: 64,
+    });
+    for f in [affine4, WeightFormat::Ggml(GgmlType::Q8_0)] {
+        let sort = sort_of(150, 2, 4, &[1], false, 7);
+        check_of(f, DType::Bf16, 150, 2, 4, &sort, 264, 128);
+    }
 }

@@ -381,14 +381,6 @@ pub(crate) fn run_kernel(
     } else {
         check_out(op, out, x.dtype(), &[m, n])?;
     }
-    if kernel == Kernel::Tma && glu.general() {
-        return Err(invalid(
-            op,
-            "ffn",
-            "plain SwiGLU (the TMA GEMM has no general activation)",
-            "an activation, biases or scales",
-        ));
-    }
     let bn = match kernel {
         Kernel::Tma => super::tc_tma::WEIGHT_ROWS,
         _ => BROWS,
@@ -440,8 +432,16 @@ pub(crate) fn run_kernel(
             (bm, tc_ra::smem_bytes(bm), &tc_ra::SRC, name, flags)
         }
         Kernel::Tma => {
-            let (bm, smem, name) =
-                super::tc_tma::launch_shape(op, x, p_sources, m, e, n.div_ceil(bn))?;
+            let (bm, smem, name) = super::tc_tma::launch_shape(
+                op,
+                x,
+                w,
+                p_sources,
+                glu.general(),
+                m,
+                e,
+                n.div_ceil(bn),
+            )?;
             (bm, smem, &super::tc_tma::SRC, name, 0)
         }
     };
@@ -475,22 +475,30 @@ pub(crate) fn run_kernel(
         glu,
     };
     if kernel == Kernel::Tma {
-        let m0 = super::tc_tma::tensor_map(op, srcs[0].0)?;
-        let m1 = if p_sources == 2 {
-            super::tc_tma::tensor_map(op, srcs[1].0)?
+        // Tensor maps for weights copied by TMA; a decoding instance reads
+        // none (zeros).
+        let maps = if super::tc_tma::by_tma(x.dtype(), w) {
+            let m0 = super::tc_tma::tensor_map(op, srcs[0].0)?;
+            let m1 = if p_sources == 2 {
+                super::tc_tma::tensor_map(op, srcs[1].0)?
+            } else {
+                m0
+            };
+            [m0, m1]
         } else {
-            m0
+            [super::tc_tma::TmaMap::zeroed(); 2]
         };
-        let maps = [m0, m1];
         let tp = super::tc_tma::TmaParams {
             map: maps,
             tc: params,
         };
         let geo = super::tc_tma::geometry(gx as u32, gy as u32, smem, dev.sm_count());
         // SAFETY: as below for the GEMM's params (the same checks); the
-        // tensor maps describe each source's whole data tensor ([E·rows, K]
-        // of T, dense of x's type: `supports`), which TMA reads only inside
-        // (rows past it are filled with zeros, not read).
+        // tensor maps (dense weights of x's type only: `by_tma`) describe
+        // each source's whole data tensor ([E·rows, K] of T), which TMA
+        // reads only inside (rows past it are filled with zeros, not read);
+        // decoded weights are read as the staged kernel reads them (rows
+        // row_offset + c, c < n, of experts below n_experts).
         return unsafe { launch(&dev, source, &name, geo, tp, op) };
     }
     let geo = Geometry {

@@ -75,30 +75,46 @@ pub(crate) struct ExpertKernels {
 }
 
 /// The one place the routed experts' kernels are chosen, for `m` = T·k
-/// rows: for dense weights of the activation type, the TMA kernel
-/// ([`tc_tma`], sm_90a) where the staged kernel's tile would be at least
-/// [`tc_tma::MIN_TILE`] rows ([`tc_tma::runs_tile`]; gate/up only with plain
-/// SwiGLU, `plain_glu`); else the register-operand kernel ([`tc_ra`],
+/// rows: the TMA kernel ([`tc_tma`], sm_90a) for each GEMM it measured
+/// faster at ([`tc_tma::runs`]: dense weights of the activation type with
+/// plain SwiGLU where the staged kernel's tile would be at least
+/// [`tc_tma::MIN_TILE`] rows); else the register-operand kernel ([`tc_ra`],
 /// sm_90a) where it takes the weights and the tile is one it measured
 /// faster at ([`tc_ra::runs_tile`]), else the staged one. The down GEMM runs on
 /// `tc_ra` only after a gate/up GEMM on it (its input is then written in
-/// the permuted order it reads). `MOEKIT_TC_RA=0` keeps the staged kernel
-/// everywhere, `MOEKIT_TC_RA=all` takes `tc_ra` at every tile (A/B
+/// the permuted order it reads). `MOEKIT_TC_RA=0` / `MOEKIT_TC_TMA=0` keep
+/// a kernel out everywhere, `all` takes it at every tile (A/B
 /// measurements of the table).
 pub(crate) fn expert_kernels(
     gate_up: &GateUp,
     down: &QuantWeights,
     x: &Tensor,
     m: usize,
-    plain_glu: bool,
+    general_glu: bool,
 ) -> ExpertKernels {
+    let ra = ra_kernels(gate_up, down, x, m);
+    let (gu, dn) = tma_takes(gate_up, down, x, m, general_glu);
+    // tc_ra's gate/up writes its output permuted only for a down GEMM on
+    // tc_ra, which needs it so: neither beside a TMA GEMM.
+    let gate_up = match ra.gate_up {
+        _ if gu => Kernel::Tma,
+        Kernel::RegA { .. } if dn => Kernel::RegA { perm_out: None },
+        k => k,
+    };
+    let down = match ra.down {
+        _ if dn => Kernel::Tma,
+        Kernel::RegA { .. } if gu => Kernel::Staged,
+        k => k,
+    };
+    ExpertKernels { gate_up, down }
+}
+
+/// [`expert_kernels`]' choice between `tc_ra` and the staged kernel.
+fn ra_kernels(gate_up: &GateUp, down: &QuantWeights, x: &Tensor, m: usize) -> ExpertKernels {
     let staged = ExpertKernels {
         gate_up: Kernel::Staged,
         down: Kernel::Staged,
     };
-    if let Some(k) = tma_kernels(gate_up, down, x, m, plain_glu) {
-        return k;
-    }
     let Some(arch) = ra_arch(x) else {
         return staged;
     };
@@ -130,35 +146,32 @@ pub(crate) fn expert_kernels(
     }
 }
 
-/// [`expert_kernels`]' choice for dense weights of x's type: `tc_tma` for
-/// each GEMM it takes at this size, the staged kernel for the other; None
-/// when neither runs on it.
-fn tma_kernels(
+/// [`expert_kernels`]' TMA choice: whether `tc_tma` takes the gate/up
+/// (`general_glu`: with a general activation or biases) and the down GEMM
+/// at this size ([`tc_tma::runs`]).
+fn tma_takes(
     gate_up: &GateUp,
     down: &QuantWeights,
     x: &Tensor,
     m: usize,
-    plain_glu: bool,
-) -> Option<ExpertKernels> {
-    let arch = arch_if(tc_tma::use_mode() != tc_tma::Use::Never, x)?;
+    general_glu: bool,
+) -> (bool, bool) {
+    let Some(arch) = arch_if(tc_tma::use_mode() != tc_tma::Use::Never, x) else {
+        return (false, false);
+    };
     let e = gate_up.n_experts();
     let takes = |w: &QuantWeights, p: usize, cols: usize| {
         let bn = tc_tma::WEIGHT_ROWS / p;
+        let bm = tc_gemm::tile_rows(m, e, cols.div_ceil(bn));
         tc_tma::supports(x.dtype(), w, arch).is_ok()
-            && tc_tma::runs_tile(tc_gemm::tile_rows(m, e, cols.div_ceil(bn)))
+            && tc_tma::runs(x.dtype(), w, p == 2 && general_glu, bm)
     };
-    let gu = plain_glu
-        && tc_gemm::one_instance(gate_up)
+    let gu = tc_gemm::one_instance(gate_up)
         && gate_up
             .sources()
             .iter()
             .all(|(w, _)| takes(w, 2, gate_up.intermediate()));
-    let dn = takes(down, 1, down.rows());
-    let pick = |t: bool| if t { Kernel::Tma } else { Kernel::Staged };
-    (gu || dn).then(|| ExpertKernels {
-        gate_up: pick(gu),
-        down: pick(dn),
-    })
+    (gu, takes(down, 1, down.rows()))
 }
 
 /// Whether the tensor-core path runs experts of `format` on `tc_ra` for
@@ -365,7 +378,7 @@ fn run_experts(
         top_k: k,
     };
     let ys = Tensor::uninit_on(x.dtype(), &[t * k, h], x.device())?;
-    let kernels = expert_kernels(gate_up, down, x, t * k, !GluParams::of(ffn)?.general());
+    let kernels = expert_kernels(gate_up, down, x, t * k, GluParams::of(ffn)?.general());
     let sorted_rows = TcRows::Sorted(&sort.offsets);
     match kernels.gate_up {
         Kernel::RegA { perm_out } => {

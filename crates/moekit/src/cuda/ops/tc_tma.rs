@@ -21,7 +21,7 @@
 //! block picks this kernel.
 
 use super::tc_gemm::Kernel;
-use super::{ctype, Geometry};
+use super::Geometry;
 use crate::cuda::jit::Source;
 use crate::cuda::Arch;
 use crate::dtype::DType;
@@ -51,6 +51,13 @@ pub const TILE_ROWS: [usize; 2] = [64, 128];
 #[derive(Clone, Copy)]
 pub(crate) struct TmaMap([u64; 16]);
 
+impl TmaMap {
+    /// No map: the parameter of an instance that decodes its weights.
+    pub(crate) fn zeroed() -> TmaMap {
+        TmaMap([0; 16])
+    }
+}
+
 /// `TmaParams`: a tensor map per weight source, then the GEMM's params.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
@@ -76,21 +83,25 @@ pub(crate) fn smem_bytes(bm: usize) -> usize {
 }
 
 /// Whether `tc_tma` takes activations of `dtype` against `w` on a device
-/// of `arch` (sm_90a: wgmma and TMA); the reason when it does not.
+/// of `arch` (sm_90a: wgmma and TMA); the reason when it does not. Dense
+/// weights of the activation type come by TMA, every other format through
+/// its decoder.
 pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Result<(), String> {
     super::tc_gemm::sm90_operands("the TMA GEMM", dtype, w, arch, STEP)?;
-    if w.format() != WeightFormat::Dense(dtype) {
-        return Err(format!(
-            "{} weights: it copies dense {dtype} weights (the activation type) by TMA",
-            w.format()
-        ));
-    }
+    let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
+    super::gather_mm::format_type(w.format(), scale_dtype).map_err(|e| e.to_string())?;
     // TMA row coordinates are i32: every weight row, plus a box past the last.
     let rows = w.n_experts().saturating_mul(w.rows());
-    if rows.saturating_add(2 * WEIGHT_ROWS) > i32::MAX as usize {
+    if by_tma(dtype, w) && rows.saturating_add(2 * WEIGHT_ROWS) > i32::MAX as usize {
         return Err(format!("{rows} weight rows: TMA coordinates are 32-bit"));
     }
     Ok(())
+}
+
+/// Whether the kernel copies `w` by TMA (dense weights of the activation
+/// type) rather than decoding it in its producer threads.
+pub(crate) fn by_tma(dtype: DType, w: &QuantWeights) -> bool {
+    w.format() == WeightFormat::Dense(dtype)
 }
 
 pub(crate) use super::tc_gemm::Use;
@@ -109,14 +120,25 @@ pub(crate) fn use_mode() -> Use {
 /// call: T = 64 331–333 against 323–330 µs, T = 512 364 against 350–359).
 pub const MIN_TILE: usize = 128;
 
-/// Whether the MoE block runs its dense experts on `tc_tma` where the staged
-/// kernel would take `bm`-row tiles ([`MIN_TILE`]; every tile with
-/// `MOEKIT_TC_TMA=all`, none with `0`).
-pub(crate) fn runs_tile(bm: usize) -> bool {
+/// Whether the MoE block runs a GEMM of activations `dtype` against `w`
+/// (`glu`: with a general activation or biases) on `tc_tma` where the
+/// staged kernel would take `bm`-row tiles: dense weights of the activation
+/// type with plain SwiGLU (or none) from [`MIN_TILE`] rows; every GEMM at
+/// every tile with `MOEKIT_TC_TMA=all`, none with `0`.
+///
+/// Decoded weights stay on `tc_ra` and the staged kernel: their producer
+/// warpgroup decodes slower than the consumers multiply (H200, graph,
+/// `MOEKIT_TC_TMA=0` against `all`, same call,
+/// `bench/results/h200/2026-11-30_s26/run2`: qwen3-30b-a3b T = 4096
+/// affine4-g64 969 against 1204 µs, q4_k 972 / 1213, q8_0 1418 / 1894,
+/// q4_0 1219 / 1464, q6_k 2278 / 4011; mixtral-8x7b affine4 6008 / 9625).
+/// gpt-oss-20b's general activation (bf16, T = 4096) measured no faster:
+/// 2343 µs staged against 2355 on `tc_tma`.
+pub(crate) fn runs(dtype: DType, w: &QuantWeights, glu: bool, bm: usize) -> bool {
     match use_mode() {
         Use::Never => false,
         Use::Everywhere => true,
-        Use::Table => bm >= MIN_TILE,
+        Use::Table => by_tma(dtype, w) && !glu && bm >= MIN_TILE,
     }
 }
 
@@ -130,26 +152,20 @@ pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize) -> usize {
     }
 }
 
-/// The instance name for activations of `dtype`, `p` sources, `bm` rows.
-pub(crate) fn kernel_name(dtype: DType, p: usize, bm: usize) -> Result<String> {
-    Ok(format!(
-        "moekit::tc_tma<{}, {p}, {bm}>",
-        ctype("tc_tma", dtype)?
-    ))
-}
-
-/// Instances for the compile check: {f16, bf16} × {plain, SwiGLU} ×
-/// [`TILE_ROWS`].
+/// Instances for the compile check: every decoder type × {f16, bf16} ×
+/// {plain, SwiGLU, SwiGLU's general activation (GLU)} × [`TILE_ROWS`].
 pub fn instances() -> Vec<(&'static Source, String)> {
-    let mut v = Vec::new();
-    for t in ["__half", "__nv_bfloat16"] {
-        for p in [1, 2] {
+    let mut names = std::collections::BTreeSet::new();
+    for (_, ft) in super::gather_mm::all_format_types() {
+        for t in ["__half", "__nv_bfloat16"] {
             for bm in TILE_ROWS {
-                v.push((&SRC, format!("moekit::tc_tma<{t}, {p}, {bm}>")));
+                names.insert(format!("moekit::tc_tma<{ft}, {t}, 1, {bm}>"));
+                names.insert(format!("moekit::tc_tma<{ft}, {t}, 2, {bm}>"));
+                names.insert(format!("moekit::tc_tma<{ft}, {t}, 2, {bm}, true>"));
             }
         }
     }
-    v
+    names.into_iter().map(|e| (&SRC, e)).collect()
 }
 
 /// The tensor map of dense weights `w` (`[E·rows, K]` of T): boxes of
@@ -208,12 +224,16 @@ pub(crate) fn tensor_map(op: &'static str, w: &QuantWeights) -> Result<TmaMap> {
 }
 
 /// The launch of [`Kernel::Tma`] for [`super::tc_gemm::run_kernel`] over
-/// `m` rows, `n_experts` experts and `col_blocks` column blocks: its tile,
-/// shared memory and instance name.
+/// `m` rows, `n_experts` experts and `col_blocks` column blocks of weights
+/// `w` (`glu`: the general activation's instance): its tile, shared memory
+/// and instance name.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_shape(
     op: &'static str,
     x: &Tensor,
+    w: &QuantWeights,
     p_sources: usize,
+    glu: bool,
     m: usize,
     n_experts: usize,
     col_blocks: usize,
@@ -227,7 +247,8 @@ pub(crate) fn launch_shape(
             p_sources,
         ));
     }
-    Ok((bm, smem_bytes(bm), kernel_name(x.dtype(), p_sources, bm)?))
+    let name = super::tc_gemm::kernel_name("tc_tma", w, x.dtype(), p_sources, bm, glu)?;
+    Ok((bm, smem_bytes(bm), name))
 }
 
 /// Block geometry of a launch over at most `gx × gy` tiles (column blocks
@@ -241,7 +262,7 @@ pub(crate) fn geometry(gx: u32, gy: u32, smem: usize, sm_count: u32) -> Geometry
     }
 }
 
-/// `out [M, N] = x · W[e(row)]ᵀ` on `tc_tma` (dense weights of x's type).
+/// `out [M, N] = x · W[e(row)]ᵀ` on `tc_tma`.
 pub fn matmul_into(
     x: &Tensor,
     w: &QuantWeights,
@@ -261,8 +282,8 @@ pub fn matmul_into(
     )
 }
 
-/// Fused `silu(x·Gᵀ) · (x·Uᵀ)` on `tc_tma` into `out [M, I]`; `ffn` must
-/// be plain SwiGLU (no activation, biases or scales: refused).
+/// Fused `act(x·Gᵀ + bg) · (x·Uᵀ + bu)` on `tc_tma` into `out [M, I]`
+/// (`ffn`'s activation, biases and scales).
 pub fn glu_into(
     x: &Tensor,
     w: &GateUp,
