@@ -11,12 +11,15 @@
 //     swizzle: wgmma's K-major layout). Quarter q: P = 1 rows n0 + 64q;
 //     P = 2 gate (q even) or up (q odd) rows n0 + 64⌊q/2⌋ (128 output
 //     columns). Dense weights of T (F = FmtDense<T>): one TMA box a quarter
-//     through one tensor map per source, [E·rows, K] of T. Any other format:
-//     the producer threads decode them — thread t takes the 32-column half
-//     t % 2 of row t / 2 of every quarter, loaded from global memory one
-//     step ahead into its format's decoder (DecOf, the decode path's and
-//     tc_ra's), and stores the decoded units into the stage (st.shared,
-//     then fence.proxy.async for wgmma's async proxy).
+//     through one tensor map per source, [E·rows, K] of T. Any other format
+//     (but dense f32, whose raw rows leave no room): the producer threads
+//     copy the tile's packed rows into raw stages (cp.async, the staged
+//     kernel's layout and copies, TcStager: one raw stage ahead, so no
+//     thread waits on a global load) and decode them with their format's
+//     decoder (DecOf) into the ring's stage (st.shared, then
+//     fence.proxy.async for wgmma's async proxy). Decoding straight from
+//     global memory into registers a step ahead left the producer waiting
+//     on its loads and the tensor pipes 39% busy (2026-11-30_s26/run4).
 //   * x: the tile's BM rows (gathered through the sort: x is never
 //     permuted) with cp.async, 16 bytes a copy, into the same swizzled
 //     layout; each producer thread's copies arrive on the stage's full
@@ -57,21 +60,38 @@ struct TmaParams {
 };
 static_assert(sizeof(TmaParams) == 448, "TmaParams layout");
 
-constexpr int TMA_THREADS = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int TMA_PRODUCERS = 128;  // a producer warpgroup
+constexpr int TMA_THREADS = TMA_PRODUCERS + 256;  // and two consumer warpgroups
 constexpr int TMA_WROWS = 256;    // weight rows of a tile
 constexpr int TMA_BOX = 64;       // weight rows a TMA box (a quarter of the tile)
 constexpr int TMA_W_BYTES = TMA_WROWS * 128;
 constexpr u32 TMA_MAX_E = 1024;  // experts the tile list covers (tc_gemm's MAX_EXPERTS)
 
-// Stages of the ring: as many as fit a block's 227 KB beside the alignment
-// slack and TMA_STATIC bytes of static shared memory (tc_tma.rs mirrors it).
+// Dense weights of T come by TMA; every other format through its decoder.
+template <typename F, typename T> struct TmaByTma { static constexpr bool value = is_same<F, FmtDense<T>>::value; };
+
+// Raw (packed) stages of decoded weights: TMA_RAW_STAGES of the tile's 256
+// rows (TcRaw<F>'s row layout, a quarter's 64 rows after another's), each
+// feeding RSTEPS steps; none for weights by TMA.
+constexpr int TMA_RAW_STAGES = 2;
+template <typename F, bool BY_TMA> struct TmaRaw {
+  static constexpr int PITCH = TcRaw<F>::PITCH;
+  static constexpr int BYTES = TMA_WROWS * PITCH;  // a raw stage
+  static constexpr int ROOM = TMA_RAW_STAGES * BYTES;
+};
+template <typename F> struct TmaRaw<F, true> { static constexpr int PITCH = 0, BYTES = 0, ROOM = 0; };
+
+// Stages of the ring: as many as fit a block's 227 KB beside the raw stages,
+// the alignment slack and TMA_STATIC bytes of static shared memory
+// (tc_tma.rs mirrors it).
 constexpr int TMA_STATIC = 10240;
-template <int BM> struct TmaGeo {
+template <typename F, typename T, int BM> struct TmaGeo {
+  typedef TmaRaw<F, TmaByTma<F, T>::value> Raw;
   static constexpr int X_BYTES = BM * 128;
   static constexpr int STAGE = TMA_W_BYTES + X_BYTES;
-  static constexpr int ROOM = 232448 - 1024 - TMA_STATIC;
+  static constexpr int ROOM = 232448 - 1024 - TMA_STATIC - Raw::ROOM;
   static constexpr int S = ROOM / STAGE > 6 ? 6 : ROOM / STAGE;
-  static constexpr int SMEM = S * STAGE + 1024;
+  static constexpr int SMEM = S * STAGE + Raw::ROOM + 1024;
   static_assert(S >= 2, "two stages at least");
 };
 
@@ -186,46 +206,6 @@ __device__ __forceinline__ TcTile tile_at(const u32* tstart, const u32* toff, u3
   return t;
 }
 
-// The producer's decoded weights (F not FmtDense<T>): thread t's four
-// slices of a step — the 32-column half t % 2 of row t / 2 of each quarter.
-template <typename F, typename T, int P>
-struct TmaDecode {
-  typedef typename DecOf<F, T>::type D;
-  QRow rows[4];
-  u32 live;  // bit q: quarter q's row is a weight row (below N)
-  // The tile's rows: quarter q's row n of source P == 2 ? q % 2 : 0.
-  __device__ __forceinline__ void bind(const TcParams& p, u32 e, u32 n0, u32 tid) {
-    live = 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const WeightSrc& s = p.src[P == 2 ? (q & 1) : 0];
-      const u32 n = n0 + TMA_BOX * (P == 1 ? q : q >> 1) + (tid >> 1);
-      if (n < p.n) live |= 1u << q;
-      rows[q] = make_row<F>(s.data, s.scales, s.biases, (u64)e * s.rows + s.row_offset + (n < p.n ? n : n0), p.k,
-                            p.group_shift);
-    }
-  }
-  // Step j's slices into d (global loads; a dead row reads nothing).
-  __device__ __forceinline__ void load(D (&d)[4], u32 j, u32 tid) const {
-    const u32 kc = j * TC_BK + 32u * (tid & 1u);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) d[q].load(global_slice<F>(rows[q], kc, (live >> q) & 1u));
-  }
-  // The decoded units of d into the weight stage at w (swizzled rows).
-  __device__ __forceinline__ static void store(const D (&d)[4], u32 w, u32 tid) {
-    const u32 r = tid >> 1, h = tid & 1u;
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint4 v = d[q].unit(u);
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(w + q * TMA_BOX * 128 + swz(r, 4u * h + u)),
-                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                     : "memory");
-      }
-  }
-};
-
 // Grid: (blocks, 1), persistent: block b takes tiles b, b + gridDim.x, …
 // of the list (row tile mt, column block cb) in the order t = mt·cols + cb
 // (the column blocks of a row tile run side by side and share its x rows in
@@ -235,12 +215,12 @@ struct TmaDecode {
 template <typename F, typename T, int P, int BM, bool GLU = false>
 __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__ TmaParams tp) {
   const TcParams& p = tp.tc;
-  typedef TmaGeo<BM> G;
+  typedef TmaGeo<F, T, BM> G;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(P == 1 || P == 2, "one source, or gate and up");
   static_assert(!GLU || P == 2, "GLU: the general activation of gate and up");
   // Dense weights of T come by TMA; every other format through its decoder.
-  constexpr bool BY_TMA = is_same<F, FmtDense<T>>::value;
+  constexpr bool BY_TMA = TmaByTma<F, T>::value;
   extern __shared__ __align__(128) u8 smem[];
   __shared__ u32 scan[TMA_THREADS / 32];
   __shared__ u32 tstart[TMA_MAX_E + 1], toff[TMA_MAX_E + 1];
@@ -263,6 +243,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
   const u32 base = smem_addr(smem);
   const u32 w_sm = base + ((1024u - (base & 1023u)) & 1023u);  // S weight stages, then S x stages
   const u32 x_sm = w_sm + G::S * TMA_W_BYTES;
+  const u32 raw_sm = x_sm + G::S * G::X_BYTES;  // decoded weights: the raw stages
   const u32 full0 = smem_addr(bars), empty0 = full0 + 8u * G::S;
   if (tid == 0) {
     for (int s = 0; s < G::S; ++s) {
@@ -341,23 +322,57 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
           copy_x(j, s);
         }
       } else {
-        // Decoded weights: step j + 1's loads in flight while step j's
-        // units are decoded and stored.
-        typedef TmaDecode<F, T, P> W;
-        W wd;
-        wd.bind(p, tile.e, n0, tid);
-        typename W::D cur[4], nxt[4];
-        if (n_steps > 0) wd.load(cur, 0, tid);
+        // Decoded weights, through raw stages: the producer threads copy
+        // the next raw stage's packed bytes (cp.async, no register waits on
+        // them) while they decode this one's into the ring — the staged
+        // kernel's copies and decoders (TcStager), one per quarter of the
+        // tile (thread t: row t / 2's half t % 2 of the 64, as the staged
+        // kernel's threads t < 128 take them).
+        typedef TcRaw<F> R;
+        typedef TcStager<F, T, 1, BM, R> St;
+        typedef typename DecOf<F, T>::type D;
+        St st[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          TcParams pq = p;
+          pq.src[0] = p.src[P == 2 ? (q & 1) : 0];
+          st[q].init(pq, tile, n0 + TMA_BOX * (P == 1 ? q : q >> 1), tid);
+        }
+        // The row's place in raw stage slot `rs` of quarter q.
+        auto place = [&](u32 rs, int q) -> u8* {
+          return smem + (raw_sm - base) + rs * G::Raw::BYTES + (q * TMA_BOX + st[q].r) * G::Raw::PITCH;
+        };
+        // Every producer thread is done with the last tile's raw stages.
+        asm volatile("bar.sync 1, %0;" ::"n"(TMA_PRODUCERS) : "memory");
+#pragma unroll
+        for (int q = 0; q < 4; ++q) st[q].issue_raw(p, 0, place(0, q));
+        cp_async_commit();
         for (u32 j = 0; j < n_steps; ++j, ++g) {
-          if (j + 1 < n_steps) wd.load(nxt, j + 1, tid);
+          const u32 rs = (j / R::RSTEPS) % TMA_RAW_STAGES;
+          if (j % R::RSTEPS == 0) {
+            // This raw stage has landed (every thread's copies: the
+            // barrier), and every thread is done with the one before,
+            // whose slot the next raw stage takes.
+            cp_async_wait<0>();
+            asm volatile("bar.sync 1, %0;" ::"n"(TMA_PRODUCERS) : "memory");
+            const u32 jn = j + R::RSTEPS;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) st[q].issue_raw(p, jn, place((jn / R::RSTEPS) % TMA_RAW_STAGES, q));
+            cp_async_commit();
+          }
           const u32 s = g % G::S, round = g / G::S;
           if (round > 0) mbar_wait(empty0 + 8u * s, (round - 1) & 1u);
           copy_x(j, s);
-          W::store(cur, w_sm + s * TMA_W_BYTES, tid);
+          u8* wst = smem + (w_sm - base) + s * TMA_W_BYTES;
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            D d;
+            d.load(st[q].slice(p, j, place(rs, q)));
+#pragma unroll
+            for (int u = 0; u < 4; ++u) st[q].put(wst + q * TMA_BOX * 128, u, d.unit(u));
+          }
           fence_async_smem();  // the generic proxy's stores → wgmma
           mbar_arrive(full0 + 8u * s);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
         }
       }
     }

@@ -82,6 +82,12 @@ fn raw_row(w: &QuantWeights, dtype: DType, aw: usize) -> Option<RawRow> {
     })
 }
 
+/// The pitch of a weight row's raw stage with scales and biases in 4-byte
+/// words (`TcRaw<F>::PITCH`), None for dense weights of `dtype`.
+pub(crate) fn raw_pitch(w: &QuantWeights, dtype: DType) -> Option<usize> {
+    raw_row(w, dtype, 4).map(|r| r.pitch)
+}
+
 /// Shared memory of an instance (`TcGeo::SMEM`) for activations of `dtype`.
 pub(crate) fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
     let a_b = stages(bm) * bm * BK * 2;

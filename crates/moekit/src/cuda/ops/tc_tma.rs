@@ -73,13 +73,19 @@ unsafe impl cudarc::driver::DeviceRepr for TmaParams {}
 /// (`TMA_STATIC`: the tile list's starts and offsets, barriers).
 const STATIC_SMEM: usize = 10240;
 
-/// Shared memory of a `bm`-row instance (`TmaGeo::SMEM`): as many stages
-/// of 256 × 64 weights and `bm` × 64 x values as fit a block's 227 KB
-/// beside [`STATIC_SMEM`], at most 6, and 1 KB to align them.
-pub(crate) fn smem_bytes(bm: usize) -> usize {
+/// Raw stages of decoded weights (`TMA_RAW_STAGES`).
+const RAW_STAGES: usize = 2;
+
+/// Shared memory of a `bm`-row instance for weights `w` under activations
+/// of `dtype` (`TmaGeo::SMEM`): [`RAW_STAGES`] raw stages of the tile's
+/// rows for decoded weights, then as many stages of 256 × 64 weights and
+/// `bm` × 64 x values as fit a block's 227 KB beside [`STATIC_SMEM`], at
+/// most 6, and 1 KB to align them.
+pub(crate) fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
+    let raw = super::tc_geo::raw_pitch(w, dtype).map_or(0, |p| RAW_STAGES * WEIGHT_ROWS * p);
     let stage = WEIGHT_ROWS * 128 + bm * 128;
-    let s = ((232448 - 1024 - STATIC_SMEM) / stage).min(6);
-    s * stage + 1024
+    let s = ((232448 - 1024 - STATIC_SMEM - raw) / stage).min(6);
+    s * stage + raw + 1024
 }
 
 /// Whether `tc_tma` takes activations of `dtype` against `w` on a device
@@ -90,6 +96,11 @@ pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Resu
     super::tc_gemm::sm90_operands("the TMA GEMM", dtype, w, arch, STEP)?;
     let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
     super::gather_mm::format_type(w.format(), scale_dtype).map_err(|e| e.to_string())?;
+    if w.format() == WeightFormat::Dense(DType::F32) {
+        return Err(format!(
+            "dense f32 weights: two raw stages of their rows leave no room for the ring (convert them to {dtype})"
+        ));
+    }
     // TMA row coordinates are i32: every weight row, plus a box past the last.
     let rows = w.n_experts().saturating_mul(w.rows());
     if by_tma(dtype, w) && rows.saturating_add(2 * WEIGHT_ROWS) > i32::MAX as usize {
@@ -156,7 +167,10 @@ pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize) -> usize {
 /// {plain, SwiGLU, SwiGLU's general activation (GLU)} × [`TILE_ROWS`].
 pub fn instances() -> Vec<(&'static Source, String)> {
     let mut names = std::collections::BTreeSet::new();
-    for (_, ft) in super::gather_mm::all_format_types() {
+    for (f, ft) in super::gather_mm::all_format_types() {
+        if f == WeightFormat::Dense(DType::F32) {
+            continue; // refused: `supports`
+        }
         for t in ["__half", "__nv_bfloat16"] {
             for bm in TILE_ROWS {
                 names.insert(format!("moekit::tc_tma<{ft}, {t}, 1, {bm}>"));
@@ -248,7 +262,7 @@ pub(crate) fn launch_shape(
         ));
     }
     let name = super::tc_gemm::kernel_name("tc_tma", w, x.dtype(), p_sources, bm, glu)?;
-    Ok((bm, smem_bytes(bm), name))
+    Ok((bm, smem_bytes(w, x.dtype(), bm), name))
 }
 
 /// Block geometry of a launch over at most `gx × gy` tiles (column blocks
@@ -300,11 +314,23 @@ mod tests {
 
     #[test]
     fn stages_fit_the_shared_memory_of_an_sm() {
-        for bm in TILE_ROWS {
-            let s = smem_bytes(bm);
-            assert!(s + STATIC_SMEM <= 232448, "{bm}: {s}");
-            // At least four stages: the ring's depth.
-            assert!((s - 1024) / (WEIGHT_ROWS * 128 + bm * 128) >= 4, "{bm}");
+        use crate::format::random::random_weights;
+        for f in WeightFormat::all() {
+            if f == WeightFormat::Dense(DType::F32) {
+                continue; // refused: `supports`
+            }
+            let w = random_weights(f, 1, 8, 256, DType::F16, 1, &|| {}).unwrap();
+            for bm in TILE_ROWS {
+                let s = smem_bytes(&w, DType::Bf16, bm);
+                assert!(s + STATIC_SMEM <= 232448, "{f} {bm}: {s}");
+                // Dense weights by TMA: a ring of four stages at least;
+                // decoded weights beside their raw stages: two.
+                let raw = super::super::tc_geo::raw_pitch(&w, DType::Bf16)
+                    .map_or(0, |p| RAW_STAGES * WEIGHT_ROWS * p);
+                let want = if raw == 0 { 4 } else { 2 };
+                let stages = (s - 1024 - raw) / (WEIGHT_ROWS * 128 + bm * 128);
+                assert!(stages >= want, "{f} {bm}: {stages} stages");
+            }
         }
     }
 
