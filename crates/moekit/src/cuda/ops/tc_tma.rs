@@ -1,11 +1,12 @@
 //! `kernels/tc_tma.cu`: the grouped expert GEMM of [`super::tc_gemm`] (same
-//! parameters, rows, tiles and outputs) for dense weights of the activation
-//! type on sm_90a, in a warp-specialized schedule: a producer warpgroup
-//! fills a ring of shared-memory stages (the weights by TMA, x's gathered
-//! rows by `cp.async`), two consumer warpgroups multiply with `wgmma` (x
-//! rows on M, weight rows on N), mbarriers hand each stage over, and
-//! persistent blocks walk the tile list so the ring runs on across tiles.
-//! Tiles of 256 weight rows × 64 or 128 rows of x.
+//! parameters, rows, tiles, epilogues and outputs) on sm_90a, in a
+//! warp-specialized schedule: a producer warpgroup fills a ring of
+//! shared-memory stages (dense weights of the activation type by TMA, any
+//! other format copied packed into raw stages by `cp.async` and decoded
+//! there; x's gathered rows by `cp.async`), two consumer warpgroups
+//! multiply with `wgmma` (x rows on M, weight rows on N), mbarriers hand
+//! each stage over, and persistent blocks walk the tile list so the ring
+//! runs on across tiles. Tiles of 256 weight rows × 64 or 128 rows of x.
 //!
 //! The staged kernel moves a 128 × 64 weight tile and its x tile through a
 //! block-wide barrier every step and waits for each step's MMAs before the
@@ -137,14 +138,15 @@ pub const MIN_TILE: usize = 128;
 /// type with plain SwiGLU (or none) from [`MIN_TILE`] rows; every GEMM at
 /// every tile with `MOEKIT_TC_TMA=all`, none with `0`.
 ///
-/// Decoded weights stay on `tc_ra` and the staged kernel: their producer
-/// warpgroup decodes slower than the consumers multiply (H200, graph,
+/// Decoded weights stay on `tc_ra` and the staged kernel: decoded into the
+/// ring by the producer warpgroup, they measured no faster (H200, graph,
 /// `MOEKIT_TC_TMA=0` against `all`, same call,
-/// `bench/results/h200/2026-11-30_s26/run2`: qwen3-30b-a3b T = 4096
-/// affine4-g64 969 against 1204 µs, q4_k 972 / 1213, q8_0 1418 / 1894,
-/// q4_0 1219 / 1464, q6_k 2278 / 4011; mixtral-8x7b affine4 6008 / 9625).
-/// gpt-oss-20b's general activation (bf16, T = 4096) measured no faster:
-/// 2343 µs staged against 2355 on `tc_tma`.
+/// `bench/results/h200/2026-11-30_s26/run5`: qwen3-30b-a3b T = 4096
+/// affine4-g64 983 against 1216 µs, q4_k 981 / 1244, q8_0 1447 / 1417,
+/// q4_0 1240 / 1246, q6_k 2279 / 2317; T = 512 affine4 268 / 468;
+/// mixtral-8x7b affine4 6158 / 10100). gpt-oss-20b's general activation
+/// (bf16, T = 4096) measured no faster either: 2343 µs staged against 2355
+/// on `tc_tma` (`run2`).
 pub(crate) fn runs(dtype: DType, w: &QuantWeights, glu: bool, bm: usize) -> bool {
     match use_mode() {
         Use::Never => false,
