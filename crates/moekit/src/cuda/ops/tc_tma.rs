@@ -337,6 +337,40 @@ mod tests {
     }
 
     #[test]
+    fn supports_every_format_but_dense_f32_on_sm90() {
+        use crate::format::random::random_weights;
+        let sm90 = Arch::SM90;
+        for f in WeightFormat::all() {
+            let w = random_weights(f, 2, 8, 256, DType::F16, 1, &|| {}).unwrap();
+            let got = supports(DType::Bf16, &w, sm90);
+            if f == WeightFormat::Dense(DType::F32) {
+                let why = got.unwrap_err();
+                assert!(why.contains("dense f32"), "{why}");
+            } else {
+                assert!(got.is_ok(), "{f}: {got:?}");
+            }
+            // Activations other than bf16/f16, K off the step, and other
+            // architectures are refused with their reasons.
+            let why = supports(DType::F32, &w, sm90).unwrap_err();
+            assert!(why.contains("activations"), "{f}: {why}");
+            let why = supports(DType::Bf16, &w, Arch { major: 8, minor: 0 }).unwrap_err();
+            assert!(why.contains("sm_90a"), "{f}: {why}");
+        }
+        let w = random_weights(
+            WeightFormat::Dense(DType::Bf16),
+            1,
+            8,
+            96,
+            DType::F16,
+            1,
+            &|| {},
+        )
+        .unwrap();
+        let why = supports(DType::Bf16, &w, sm90).unwrap_err();
+        assert!(why.contains("K = 96"), "{why}");
+    }
+
+    #[test]
     fn tiles_are_64_or_128_rows() {
         assert_eq!(tile_rows(4096 * 8, 128, 6), 128);
         assert_eq!(tile_rows(512 * 8, 128, 6), 64);
