@@ -1,10 +1,11 @@
 // tc_tma.cu — the grouped expert GEMM of tc_gemm.cu (same parameters, rows,
 // tiles and outputs: P = 1 plain, P = 2 gate and up with SwiGLU, GLU = true
 // with p.glu's general activation and biases) for weights of format F and
-// activations T on sm_90a, in a warp-specialized schedule: one producer warpgroup fills a ring of shared-memory stages, two
-// consumer warpgroups multiply from it with wgmma, and full/empty mbarriers
-// pass each stage between them — no block-wide barrier in the K loop, and
-// the tensor cores never wait for a step's copies to be issued.
+// activations T on sm_90a, in a warp-specialized schedule: one producer
+// warpgroup fills a ring of shared-memory stages, two consumer warpgroups
+// multiply from it with wgmma, and full/empty mbarriers pass each stage
+// between them — no block-wide barrier in the K loop, and the tensor cores
+// never wait for a step's copies to be issued.
 //
 // Tile: 256 weight rows × BM (64, 128) rows of x, 64 columns a step.
 //   * Weights, as 64-row quarters of the stage (64 × 64 of T, 128-byte
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
     for (int s = 0; s < G::S; ++s) {
       // The producer threads' copies, and the TMA thread's expect_tx or
       // each producer thread's arrival after its decoded stores.
-      mbar_init(full0 + 8u * s, BY_TMA ? 128u + 1u : 256u);
+      mbar_init(full0 + 8u * s, BY_TMA ? TMA_PRODUCERS + 1u : 2u * TMA_PRODUCERS);
       mbar_init(empty0 + 8u * s, 8u);  // one arrival a consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -261,9 +262,9 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
   const u32 cols = (p.n + BN - 1) / BN;
   const u32 n_tiles = tstart[E] * cols;
 
-  if (warp < 4) {
+  if (tid < (u32)TMA_PRODUCERS) {
     // Producer warpgroup: thread t copies unit t % 8 of x rows t / 8 + 16i.
-    constexpr int PER = BM * 8 / 128;
+    constexpr int PER = BM * 8 / TMA_PRODUCERS;
     const u32 u = tid & 7u;
     const T* x = static_cast<const T*>(p.x);
     u32 g = 0;  // steps issued so far (the ring's position)
