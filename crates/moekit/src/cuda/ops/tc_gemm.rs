@@ -163,7 +163,8 @@ pub(crate) fn sm90_arch(kernel: &str, arch: Arch) -> std::result::Result<(), Str
 
 /// The checks the sm_90a schedules share: the architecture, bf16 or f16
 /// activations, K a positive multiple of `k_step`, at most [`MAX_EXPERTS`]
-/// experts; the reason, naming `kernel`, when one fails.
+/// experts, a decoder type for the format; the reason, naming `kernel`,
+/// when one fails.
 pub(crate) fn sm90_operands(
     kernel: &str,
     dtype: DType,
@@ -184,6 +185,8 @@ pub(crate) fn sm90_operands(
     if w.n_experts() > MAX_EXPERTS {
         return Err(format!("{} experts: at most {MAX_EXPERTS}", w.n_experts()));
     }
+    let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
+    format_type(w.format(), scale_dtype).map_err(|e| e.to_string())?;
     Ok(())
 }
 

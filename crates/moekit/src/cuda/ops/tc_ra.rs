@@ -17,7 +17,7 @@
 //! `crate::cuda::ops::tc_moe::expert_kernels` is the one place the MoE block
 //! picks this kernel or the staged one.
 
-use super::gather_mm::{all_format_types, format_type};
+use super::gather_mm::all_format_types;
 use super::tc_gemm::{self, Kernel, TcRows};
 use super::{check_out, ctype, launch, u32_of, Geometry};
 use crate::cuda::jit::Source;
@@ -212,10 +212,7 @@ const KERNEL: &str = "the register-operand GEMM";
 /// Whether `tc_ra` takes activations of `dtype` against `w` on a device of
 /// `arch`; the reason when it does not.
 pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Result<(), String> {
-    tc_gemm::sm90_operands(KERNEL, dtype, w, arch, SPAN)?;
-    let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
-    format_type(w.format(), scale_dtype).map_err(|e| e.to_string())?;
-    Ok(())
+    tc_gemm::sm90_operands(KERNEL, dtype, w, arch, SPAN)
 }
 
 /// The largest tile (rows) at which `tc_ra` runs a format, 0 for none:

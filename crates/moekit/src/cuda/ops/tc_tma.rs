@@ -95,9 +95,7 @@ pub(crate) fn smem_bytes(w: &QuantWeights, dtype: DType, bm: usize) -> usize {
 /// its decoder.
 pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Result<(), String> {
     super::tc_gemm::sm90_operands("the TMA GEMM", dtype, w, arch, STEP)?;
-    let scale_dtype = w.scales().map_or(DType::F32, |s| s.dtype());
-    super::gather_mm::format_type(w.format(), scale_dtype).map_err(|e| e.to_string())?;
-    if w.format() == WeightFormat::Dense(DType::F32) {
+    if !has_room(w.format()) {
         return Err(format!(
             "dense f32 weights: two raw stages of their rows leave no room for the ring (convert them to {dtype})"
         ));
@@ -108,6 +106,13 @@ pub fn supports(dtype: DType, w: &QuantWeights, arch: Arch) -> std::result::Resu
         return Err(format!("{rows} weight rows: TMA coordinates are 32-bit"));
     }
     Ok(())
+}
+
+/// Whether a ring of stages fits beside two raw stages of `format`'s rows:
+/// every format but dense f32 (the kernel's `TmaGeo` asserts two stages;
+/// `supports` refuses the rest, and no instance is compiled for it).
+fn has_room(format: WeightFormat) -> bool {
+    format != WeightFormat::Dense(DType::F32)
 }
 
 /// Whether the kernel copies `w` by TMA (dense weights of the activation
@@ -170,7 +175,7 @@ pub fn tile_rows(m: usize, n_experts: usize, col_blocks: usize) -> usize {
 pub fn instances() -> Vec<(&'static Source, String)> {
     let mut names = std::collections::BTreeSet::new();
     for (f, ft) in super::gather_mm::all_format_types() {
-        if f == WeightFormat::Dense(DType::F32) {
+        if !has_room(f) {
             continue; // refused: `supports`
         }
         for t in ["__half", "__nv_bfloat16"] {
