@@ -9,6 +9,7 @@
 
 mod common;
 mod decode;
+mod decode_fused;
 mod expert_scale;
 mod gather_mm;
 mod interop;
