@@ -338,15 +338,12 @@ constexpr u32 MMA_GROUP = 16; // tokens per group (at most two n-tiles)
 // Partial fragments: [MMA_WARPS][MATS][NT][4][32] floats.
 template <int MATS, int NT>
 __device__ __forceinline__ void put_partials(float* red, const float (&acc)[MATS][NT][4], u32 warp, u32 lane) {
-  // One base address and constant offsets (no address register per element
-  // to keep live across the span loop).
-  float* r = red + ((warp * MATS * NT * 4) << 5) + lane;
 #pragma unroll
   for (int m = 0; m < MATS; ++m)
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) r[((m * NT + n) * 4 + i) << 5] = acc[m][n][i];
+      for (int i = 0; i < 4; ++i) red[((((warp * MATS + m) * NT + n) * 4 + i) << 5) + lane] = acc[m][n][i];
 }
 
 // Σ over the KS parts of tile mt (warps mt·KS ..), in part order, of
@@ -502,7 +499,7 @@ struct MmaWarp {
 // for every fragment element of every tile of the block, v[m] the element's
 // full sums (the owner lane itself when KS = 1, else after the reduction;
 // emit is called by some thread of the block, lane l's element).
-template <typename F, typename T, int MATS, int NT, bool PLAIN = false, typename Emit>
+template <typename F, typename T, int MATS, int NT, typename Emit>
 __device__ __forceinline__ void mma_group(const DecodeParams& p, u32 tr, const MmaWarp& mw, const QRow (&rows)[MATS][2],
                                           const T* const (&xr)[NT], u32 n_spans, float* red, const Emit& emit) {
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -513,7 +510,7 @@ __device__ __forceinline__ void mma_group(const DecodeParams& p, u32 tr, const M
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
-  mma_spans<F, T, MATS, NT, PLAIN>(rows, xr, mw.ks, mw.ks_n, n_spans, acc);
+  mma_spans<F, T, MATS, NT>(rows, xr, mw.ks, mw.ks_n, n_spans, acc);
   trace_at(p, tr);
   if (mw.ks_n == 1) {
 #pragma unroll
@@ -540,14 +537,15 @@ __device__ __forceinline__ void mma_group(const DecodeParams& p, u32 tr, const M
   }
 }
 
-// The gate/up tiles of a block with work wk (gate_up_work): MT tiles of
-// gate and up of its expert → act rows (T) of the expert's slots. SMALL:
-// at most 8 slots (decode_fused_mma's one token), so only the one-n-tile
-// products are compiled — with the two-n-tile loop beside them, the fused
-// kernel's span loop spilled (57 reloads a span).
-template <typename F, typename T, bool SMALL = false>
-__device__ __forceinline__ void gate_up_tiles(const DecodeParams& p, float* red, const GuWork& wk) {
+// Grid: (⌈max(I, Is) / (16·MT)⌉, max_active + 1); block (x, y): MT tiles of
+// gate and up of active expert y (y = max_active: the shared expert, every
+// token) → act rows (T) of the expert's slots.
+template <typename F, typename T>
+__global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __grid_constant__ DecodeParams p) {
+  __shared__ __align__(16) float red[MMA_RED];
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, k = p.top_k, H = p.hidden;
+  GuWork wk;
+  if (!gate_up_work(p, red, wk)) return;
   const bool shared = wk.shared;
   const u32 e = wk.e;
   // The shared expert is always plain SwiGLU (the ffn is the routed experts').
@@ -595,7 +593,7 @@ __device__ __forceinline__ void gate_up_tiles(const DecodeParams& p, float* red,
       }
     };
     const u32 g = lane >> 2;
-    if (SMALL || cnt <= 8) {
+    if (cnt <= 8) {
       const T* xr[1] = {g < cnt ? x + (u64)tok(g) * H : nullptr};
       mma_group<F, T, 2, 1>(p, block_slot(TR_GU + 3072), mw, rows, xr, n_spans, red, emit);
     } else {
@@ -604,17 +602,6 @@ __device__ __forceinline__ void gate_up_tiles(const DecodeParams& p, float* red,
     }
   }
   trace_at(p, block_slot(TR_GU + 2048));
-}
-
-// Grid: (⌈max(I, Is) / (16·MT)⌉, max_active + 1); block (x, y): MT tiles of
-// gate and up of active expert y (y = max_active: the shared expert, every
-// token) → act rows (T) of the expert's slots.
-template <typename F, typename T>
-__global__ void __launch_bounds__(MMA_WARPS * 32, 2) decode_gate_up_mma(const __grid_constant__ DecodeParams p) {
-  __shared__ __align__(16) float red[MMA_RED];
-  GuWork wk;
-  if (!gate_up_work(p, red, wk)) return;
-  gate_up_tiles<F, T>(p, red, wk);
 }
 
 // Blocks an SM that decode_down_mma's registers allow: 4 (64 registers)
@@ -689,6 +676,3 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_d
 }
 
 }  // namespace moekit
-
-// The fused T = 1 kernel (gate/up and down in one launch) reuses the above.
-#include "moekit/decode_fused.cuh"

@@ -70,9 +70,8 @@ struct DecodeParams {
   u32 weight_in;              // 1: the routing weight scales the experts' input (Llama-4, k = 1)
   u32 pad_wi;
   const float* down_scale;    // [E] each slot's down output × down_scale[e] (in its combine weight), or null
-  u32* flags;                 // decode_fused_mma: FUSED_FLAGS words, zero between launches (else unused)
 };
-static_assert(sizeof(DecodeParams) == 624, "DecodeParams layout");
+static_assert(sizeof(DecodeParams) == 616, "DecodeParams layout");
 
 // ---------------------------------------------------------------------------
 // Timeline stamps (a diagnostic build: NVRTC option -DMOEKIT_TRACE, set by

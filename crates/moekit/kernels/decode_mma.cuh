@@ -113,17 +113,15 @@ __device__ __forceinline__ TcSlice global_slice(const QRow& r, u32 kc, bool vali
 }
 
 // Token g's 32 activations at kc as 16 T pairs (zeros for a missing token
-// or kc ≥ k); rows are 16-byte aligned (K a multiple of 8). PLAIN: rows
-// the read-only path may not read (decode_fused.cuh's down reads its act
-// rows from shared memory): plain loads instead of ld.global.nc.
-template <typename T, bool PLAIN = false>
+// or kc ≥ k); rows are 16-byte aligned (K a multiple of 8).
+template <typename T>
 __device__ __forceinline__ void load_x32(const T* row, u32 kc, u32 k, uint4 (&v)[4]) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) v[q] = make_uint4(0, 0, 0, 0);
   if (row != nullptr && kc < k) {
     const uint4* p = reinterpret_cast<const uint4*>(row + kc);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) v[q] = PLAIN ? p[q] : __ldg(p + q);
+    for (int q = 0; q < 4; ++q) v[q] = __ldg(p + q);
   }
 }
 
@@ -137,8 +135,8 @@ struct Prefetch {
 
 // One span's loads: the decoders of rows g and g + 8 of every matrix at the
 // lane's 32 columns, and its tokens' activations there (kc ≥ K or a span
-// past n_spans: zeros, reading only inside the rows); PLAIN as load_x32's.
-template <typename F, typename T, int MATS, int NT, bool PLAIN = false>
+// past n_spans: zeros, reading only inside the rows).
+template <typename F, typename T, int MATS, int NT>
 struct SpanLoads {
   typename DecOf<F, T>::type d[MATS][2];
   uint4 xv[NT][4];
@@ -150,7 +148,7 @@ struct SpanLoads {
 #pragma unroll
       for (int h = 0; h < 2; ++h) d[m][h].load(global_slice<F>(rows[m][h], kc, ok));
 #pragma unroll
-    for (int n = 0; n < NT; ++n) load_x32<T, PLAIN>(ok ? x[n] : nullptr, kc, rows[0][0].k, xv[n]);
+    for (int n = 0; n < NT; ++n) load_x32<T>(ok ? x[n] : nullptr, kc, rows[0][0].k, xv[n]);
   }
   // acc[m][n] += the span's products: per unit u (8 columns of each lane's
   // 32), MMAs 2u and 2u + 1 take pairs x, y and z, w of the unit, weights and
@@ -187,10 +185,10 @@ struct SpanLoads {
 // acc[m][n] += rows[m] (a 16-row tile: this lane's rows g and g + 8) ×
 // tokens x[n] (this lane's token g of n-tile n) over the spans s0, s0 + step,
 // … below n_spans, in that order.
-template <typename F, typename T, int MATS, int NT, bool PLAIN = false>
+template <typename F, typename T, int MATS, int NT>
 __device__ __forceinline__ void mma_spans(const QRow (&rows)[MATS][2], const T* const (&x)[NT], u32 s0, u32 step,
                                           u32 n_spans, float (&acc)[MATS][NT][4]) {
-  typedef SpanLoads<F, T, MATS, NT, PLAIN> L;
+  typedef SpanLoads<F, T, MATS, NT> L;
   if constexpr (Prefetch<F, T, MATS, NT>::value) {
     if (s0 >= n_spans) return;
     L cur, nxt;

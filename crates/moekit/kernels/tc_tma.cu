@@ -46,7 +46,6 @@
 #include "moekit/tc_common.cuh"
 #include "moekit/wgmma.cuh"
 #include "moekit/decode_mma.cuh"
-#include "moekit/mbar.cuh"
 
 namespace moekit {
 
@@ -115,6 +114,33 @@ __device__ __forceinline__ void quad_transpose(u32 (&a)[4], u32 t) {
   }
 }
 
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(u32 bar, u32 parity) {
+  u32 ok;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  while (!mbar_try(bar, parity)) {
+  }
+}
+// The thread's earlier cp.async copies arrive on `bar` when they land
+// (counted in the barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void cp_async_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
 // A 2-D TMA box (column c0, row c1) of `map` into shared memory at dst,
 // completing `bytes` of `bar`'s transaction count.
 __device__ __forceinline__ void tma_2d(u32 dst, const TmaMap& map, int c0, int c1, u32 bar) {
@@ -227,7 +253,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
       mbar_init(full0 + 8u * s, BY_TMA ? TMA_PRODUCERS + 1u : 2u * TMA_PRODUCERS);
       mbar_init(empty0 + 8u * s, 8u);  // one arrival a consumer warp
     }
-    mbar_fence_init();
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();  // barriers, tile starts
 

@@ -34,7 +34,6 @@ pub mod cuda {
     /// `kernels/decode.cu`.
     pub mod decode {
         pub use crate::cuda::ops::decode::force_fold;
-        pub use crate::cuda::ops::decode::{force_fused, last_fused};
     }
     /// `kernels/gather_mm.cu`.
     pub mod gather_mm {

@@ -56,9 +56,7 @@ pub static HEADERS: &[Source] = &[
     header!("decode_f32.cuh"),
     header!("decode_common.cuh"),
     header!("decode_routing.cuh"),
-    header!("decode_fused.cuh"),
     header!("wgmma.cuh"),
-    header!("mbar.cuh"),
     header!("route.cuh"),
 ];
 

@@ -9,7 +9,6 @@
 
 mod common;
 mod decode;
-mod decode_fused;
 mod expert_scale;
 mod gather_mm;
 mod interop;

@@ -208,9 +208,8 @@ struct DecodeParams {
     weight_in: u32,
     pad_wi: u32,
     down_scale: u64,
-    flags: u64,
 }
-const _: () = assert!(std::mem::size_of::<DecodeParams>() == 624);
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 616);
 
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
@@ -503,9 +502,6 @@ pub fn instances() -> Vec<(&'static Source, String)> {
                 for k in ["decode_gate_up_mma", "decode_down_mma"] {
                     v.push((&SRC, format!("moekit::{k}<{ft}, {t}>")));
                 }
-                if ft != format!("moekit::FmtDense<{t}>") {
-                    v.push((&SRC, format!("moekit::decode_fused_mma<{ft}, {t}>")));
-                }
             }
         }
     }
@@ -702,7 +698,6 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         weight_in: p.ffn.input.weight_before as u32,
         pad_wi: 0,
         down_scale: super::opt_ptr(&p.ffn.scale.down)?,
-        flags: 0,
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;
@@ -762,41 +757,6 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
             "decode_down",
         )
     };
-    // One launch for gate/up and down where decode_fused_mma applies.
-    let fused = if mma {
-        let down_rows: Vec<(usize, usize)> = std::iter::once(&p.down)
-            .chain(p.shared.as_ref().map(|s| &s.down))
-            .map(row_sizes)
-            .collect();
-        fused::fused_smem(&fused::FusedCase {
-            t,
-            fold: params.fold_route == 1,
-            selects_on_logits: rule_code(&p.router.kind) <= 2,
-            arch_major: dev.arch().major,
-            gate_up_format: &fg,
-            down_format: &fd,
-            activation: tn,
-            down_row_bytes: &down_rows,
-            down_k: i.max(si),
-            hidden: h,
-            top_k: k,
-            max_active,
-            grid: (g2.grid.0 as usize, g2.grid.1 as usize),
-            sms: dev.sm_count() as usize,
-        })
-    } else {
-        None
-    };
-    fused::note(fused.is_some());
-    let params = DecodeParams {
-        flags: match fused {
-            Some(_) => {
-                dev.tile_tickets() + 4 * (crate::cuda::TILE_TICKETS - fused::FUSED_FLAGS) as u64
-            }
-            None => 0,
-        },
-        ..params
-    };
     // SAFETY (every launch): every pointer above is a live device allocation of
     // the shape the kernel indexes for these (T, H, E, k, I, Is): x/out [T,H],
     // logits [T,E+1], ids/weights [T,k], gate [T], active [E], offsets [E+1],
@@ -828,42 +788,24 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
                 Order::Dependent,
             )?;
         }
-        if let Some(smem) = fused {
-            // The flags are the last FUSED_FLAGS of the zeroed tile tickets,
-            // past the ⌈H/16⌉ tile tickets it uses (fused_smem checks), and
-            // the grid runs in one wave (its blocks wait on each other).
-            launch_ordered(
-                &dev,
-                &SRC,
-                &format!("moekit::decode_fused_mma<{fg}, {tn}>"),
-                Geometry {
-                    shared: smem as u32,
-                    ..g2
-                },
-                params,
-                "decode_fused_mma",
-                Order::Dependent,
-            )?;
-        } else {
-            launch_ordered(
-                &dev,
-                &SRC,
-                &format!("moekit::{kgu}<{fg}, {tn}>"),
-                g2,
-                params,
-                kgu,
-                Order::Dependent,
-            )?;
-            launch_ordered(
-                &dev,
-                &SRC,
-                &format!("moekit::{kdn}<{fd}, {tn}>"),
-                g3,
-                params,
-                kdn,
-                Order::Dependent,
-            )?;
-        }
+        launch_ordered(
+            &dev,
+            &SRC,
+            &format!("moekit::{kgu}<{fg}, {tn}>"),
+            g2,
+            params,
+            kgu,
+            Order::Dependent,
+        )?;
+        launch_ordered(
+            &dev,
+            &SRC,
+            &format!("moekit::{kdn}<{fd}, {tn}>"),
+            g3,
+            params,
+            kdn,
+            Order::Dependent,
+        )?;
     }
     // The routing, as tensors viewing the scratch (kept alive by reference count).
     let view = |i: usize, dt: DType, shape: &[usize]| {
@@ -875,10 +817,6 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
     };
     Ok((routing, out))
 }
-
-#[path = "decode_fused.rs"]
-mod fused;
-pub use fused::{force_fused, last_fused};
 
 #[path = "decode_trace.rs"]
 mod trace;
