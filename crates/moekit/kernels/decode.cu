@@ -462,6 +462,12 @@ __device__ __forceinline__ bool gate_up_work(const DecodeParams& p, float* red, 
       for (u32 i = threadIdx.x; i < *o.n_active; i += blockDim.x) p.active[i] = o.active[i];
       for (u32 i = threadIdx.x; i < n; i += blockDim.x) p.slots[i] = o.slots[i];
       if (threadIdx.x == 0) *p.n_active = *o.n_active;
+      if (p.routed != nullptr) {
+        // The routing is out: decode_down_mma's blocks may read it before
+        // their wait for this grid (p.routed[0], release after the barrier).
+        __syncthreads();
+        if (threadIdx.x == 0) add_release_gpu(p.routed, 1);
+      }
       trace_at(p, TR_TAIL_END);
       return false;
     }
@@ -624,15 +630,34 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_d
   __shared__ u32 s_last;
   trace_at(p, block_slot(TR_DOWN));
   pdl_trigger();
-  pdl_wait();  // gate/up's act rows (and, through it, the routing)
-  trace_at(p, block_slot(TR_DOWN + 1024));
+  // With the gate/up blocks' own routing (p.routed), a block reads the
+  // routing as soon as the publishing block has written it — while gate/up
+  // still runs — and asks L2 for its weight rows before it waits for the
+  // act rows; the last block past the routing resets both words for the
+  // next launch. Else the wait covers the routing too.
+  const bool early = p.routed != nullptr;
+  if (early) {
+    if (threadIdx.x == 0) {
+      while (ld_acquire_gpu(p.routed) == 0) __nanosleep(32);
+      if (atomicAdd(p.routed + 1, 1u) == gridDim.x * gridDim.y - 1) {
+        p.routed[0] = 0;
+        p.routed[1] = 0;
+      }
+    }
+    __syncthreads();
+  } else {
+    pdl_wait();  // gate/up's act rows (and, through it, the routing)
+  }
   const u32 lane = threadIdx.x & 31u, nt = p.n_tokens, H = p.hidden, k = p.top_k;
   const u32 n_slots = nt * k;
   const bool has_shared = p.sd.data != nullptr;
   const bool shared = blockIdx.y == p.max_active;
   // Both words at once, as in gate_up_begin.
   const u32 n_active = *p.n_active, ey = shared ? 0 : p.active[blockIdx.y];
-  if (shared ? !has_shared : blockIdx.y >= n_active) return;
+  if (shared ? !has_shared : blockIdx.y >= n_active) {
+    if (early) pdl_wait();  // every block of a dependent launch waits (common.cuh)
+    return;
+  }
   const u32 e = ey;
   const DecodeW& D = shared ? p.sd : p.down_w;
   const MmaWarp mw(p.down_split);
@@ -644,6 +669,20 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, DownBlocks<F>::value) decode_d
   const u32 first = shared ? 0 : p.offsets[e];
   const u32 n_tok = shared ? nt : p.offsets[e + 1] - first;
   const u32 n_spans = live ? (D.k + MMA_SPAN - 1) / MMA_SPAN : 0;
+  if (early) {
+    if (threadIdx.x < 2) {
+      // The block's rows (contiguous in the expert) and their scales.
+      const u32 r1 = min(row_base + tile_rows, H);
+      const QRow a = row_of<F>(D, e, row_base), b = row_of<F>(D, e, r1);
+      if (threadIdx.x == 0) l2_prefetch(a.data, b.data);
+      else if (a.scales != nullptr) {
+        l2_prefetch(a.scales, b.scales);
+        l2_prefetch(a.biases, b.biases);
+      }
+    }
+    pdl_wait();  // gate/up's act rows
+  }
+  trace_at(p, block_slot(TR_DOWN + 1024));
   const T* act = static_cast<const T*>(p.act);
   for (u32 i0 = 0; i0 < n_tok; i0 += MMA_GROUP) {
     const u32 cnt = min(MMA_GROUP, n_tok - i0);

@@ -70,8 +70,9 @@ struct DecodeParams {
   u32 weight_in;              // 1: the routing weight scales the experts' input (Llama-4, k = 1)
   u32 pad_wi;
   const float* down_scale;    // [E] each slot's down output × down_scale[e] (in its combine weight), or null
+  u32* routed;                // fold_route on tensor cores: [2] zero between launches (published, down blocks past it), else null
 };
-static_assert(sizeof(DecodeParams) == 616, "DecodeParams layout");
+static_assert(sizeof(DecodeParams) == 624, "DecodeParams layout");
 
 // ---------------------------------------------------------------------------
 // Timeline stamps (a diagnostic build: NVRTC option -DMOEKIT_TRACE, set by
@@ -107,6 +108,15 @@ __device__ __forceinline__ u32 block_id() { return blockIdx.y * gridDim.x + bloc
 __device__ __forceinline__ u32 block_slot(u32 base) { return block_id() < 1024 ? base + block_id() : TRACE_WORDS; }
 
 // Kernel boundaries: pdl_trigger / pdl_wait (common.cuh).
+
+__device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release_gpu(u32* p, u32 v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 
 // Arrival of one block at a ticket word: true for the last of `count`
 // blocks. After the block's barrier, one release-acquire atomic orders

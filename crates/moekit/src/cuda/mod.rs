@@ -87,8 +87,11 @@ pub struct CudaDevice {
 pub(crate) const TRACE_WORDS: usize = 11264;
 
 /// Ticket counters the decode path's down kernel keeps per 16-row output
-/// tile (so H ≤ 16 · TILE_TICKETS there).
+/// tile (so H ≤ 16 · TILE_TICKETS there), then the [`ROUTED_WORDS`] words
+/// of its early routing read (`DecodeParams::routed`).
 pub(crate) const TILE_TICKETS: usize = 4096;
+/// Words after the tile tickets: the routing published, the down blocks past it.
+pub(crate) const ROUTED_WORDS: usize = 2;
 
 /// Bits of the device error word (kernels/common.cuh: `ErrorBits`).
 const ERROR_BITS: [(u32, &str); 4] = [
@@ -140,7 +143,7 @@ impl CudaDevice {
             .alloc_zeros::<u32>(1)
             .map_err(cuda_err("alloc error word"))?;
         let tickets = stream
-            .alloc_zeros::<u32>(TILE_TICKETS)
+            .alloc_zeros::<u32>(TILE_TICKETS + ROUTED_WORDS)
             .map_err(cuda_err("alloc tile tickets"))?;
         let trace = if jit::trace_enabled() {
             Some(
@@ -217,8 +220,9 @@ impl CudaDevice {
         p
     }
 
-    /// Device address of [`TILE_TICKETS`] zeroed words, per-tile tickets of
-    /// the decode path (its kernels leave them zero again).
+    /// Device address of [`TILE_TICKETS`] + [`ROUTED_WORDS`] zeroed words,
+    /// per-tile tickets of the decode path and its routing words (its
+    /// kernels leave them zero again).
     pub(crate) fn tile_tickets(&self) -> u64 {
         let (p, _g) = self.tickets.device_ptr(&self.stream);
         p

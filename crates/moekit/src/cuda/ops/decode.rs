@@ -124,6 +124,14 @@ fn folds(t: usize, e: usize, k: usize, route_warps: usize) -> bool {
     fold_knob() && t <= FOLD_MAX_T && team_for(t, e) == TEAM_BLOCK && room <= MMA_RED
 }
 
+/// Whether decode_down_mma reads a folded routing before its wait for the
+/// gate/up grid (`DecodeParams::routed`): `MOEKIT_DECODE_EARLY=0|1` (read
+/// once; default on), for A/B measurements.
+fn routed_knob() -> bool {
+    static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| super::env_knob("MOEKIT_DECODE_EARLY", 0..=1, 1)) == 1
+}
+
 /// Gate/up blocks an SM up to which they route themselves (the grid's
 /// size over the SM count): 2 — one wave of `decode_gate_up_mma` — or
 /// `MOEKIT_DECODE_FOLD_BLOCKS` (1..=64, read once; a tuning knob).
@@ -208,8 +216,9 @@ struct DecodeParams {
     weight_in: u32,
     pad_wi: u32,
     down_scale: u64,
+    routed: u64,
 }
-const _: () = assert!(std::mem::size_of::<DecodeParams>() == 616);
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 624);
 
 // SAFETY: plain-old-data mirrored by the kernel's DecodeParams.
 unsafe impl cudarc::driver::DeviceRepr for DecodeParams {}
@@ -698,6 +707,18 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         weight_in: p.ffn.input.weight_before as u32,
         pad_wi: 0,
         down_scale: super::opt_ptr(&p.ffn.scale.down)?,
+        routed: 0,
+    };
+    // With the gate/up blocks' own routing, decode_down_mma reads it as soon
+    // as it is published, before its wait for gate/up (`routed`: the two
+    // words after the tile tickets; its blocks leave them zero).
+    let params = DecodeParams {
+        routed: if params.fold_route == 1 && mma && routed_knob() {
+            dev.tile_tickets() + 4 * crate::cuda::TILE_TICKETS as u64
+        } else {
+            0
+        },
+        ..params
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;
@@ -761,7 +782,8 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
     // the shape the kernel indexes for these (T, H, E, k, I, Is): x/out [T,H],
     // logits [T,E+1], ids/weights [T,k], gate [T], active [E], offsets [E+1],
     // slots [T·k], act [T·k+T, stride], y [T·k+T, H] (tensor cores), tile
-    // tickets ⌈H/16⌉ ≤ TILE_TICKETS words (experts_for checks); weights were validated by QuantWeights
+    // tickets ⌈H/16⌉ ≤ TILE_TICKETS words (experts_for checks) and the ROUTED_WORDS after
+    // them (routed); weights were validated by QuantWeights
     // and weight_src (16-byte aligned). Expert ids are produced by the route
     // step itself (< E); the grids depend on shapes only.
     unsafe {
