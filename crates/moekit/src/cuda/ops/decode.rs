@@ -637,6 +637,16 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         }
         None => (none, none, none, none),
     };
+    // Every gate/up block routes: worth it only while they all run in one
+    // wave (2 an SM), each paying the routing once (H100: qwen3 T = 1
+    // 40.9 → 38.9 µs; Mixtral's 2 688 blocks 124 → 135 µs). A weight-before
+    // block's gate/up epilogue reads p.weights, which only the publishing
+    // block of a folded routing writes: not folded.
+    let fold = mma
+        && !p.ffn.input.weight_before
+        && folds(t, e, k, plan.route_warps)
+        && i.max(si).div_ceil(mma_rows(h)) * (max_active + 1)
+            <= fold_blocks() * dev.sm_count() as usize;
     let params = DecodeParams {
         x: xb.ptr(),
         out: out.cuda_bytes()?.ptr(),
@@ -684,16 +694,7 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         gu_split: mma_split(h) as u32,
         down_split: mma_split(i.max(si)) as u32,
         route_block: route_block_tokens() as u32,
-        // Every gate/up block routes: worth it only while they all run in
-        // one wave (2 an SM), each paying the routing once (H100: qwen3
-        // T = 1 40.9 → 38.9 µs; Mixtral's 2 688 blocks 124 → 135 µs).
-        // A weight-before block's gate/up epilogue reads p.weights, which
-        // only the publishing block of a folded routing writes: not folded.
-        fold_route: (mma
-            && !p.ffn.input.weight_before
-            && folds(t, e, k, plan.route_warps)
-            && i.max(si).div_ceil(mma_rows(h)) * (max_active + 1)
-                <= fold_blocks() * dev.sm_count() as usize) as u32,
+        fold_route: fold as u32,
         // Diagnostic of MOEKIT_TRACE builds: route every token twice.
         trace_twice: super::env_knob("MOEKIT_TRACE_TWICE", 0..=1, 0),
         trace: dev.trace_ptr(),
@@ -707,18 +708,14 @@ pub fn forward(p: &MoeBlockParts, x: &Tensor, out: Option<&Tensor>) -> Result<(R
         weight_in: p.ffn.input.weight_before as u32,
         pad_wi: 0,
         down_scale: super::opt_ptr(&p.ffn.scale.down)?,
-        routed: 0,
-    };
-    // With the gate/up blocks' own routing, decode_down_mma reads it as soon
-    // as it is published, before its wait for gate/up (`routed`: the two
-    // words after the tile tickets; its blocks leave them zero).
-    let params = DecodeParams {
-        routed: if params.fold_route == 1 && mma && routed_knob() {
+        // With the gate/up blocks' own routing, decode_down_mma reads it as
+        // soon as it is published, before its wait for gate/up (the two
+        // words after the tile tickets; its blocks leave them zero).
+        routed: if fold && routed_knob() {
             dev.tile_tickets() + 4 * crate::cuda::TILE_TICKETS as u64
         } else {
             0
         },
-        ..params
     };
     let tn = ctype(OP, x.dtype())?;
     let fr = ftype(&p.router_weight)?;
