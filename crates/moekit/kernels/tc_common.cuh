@@ -105,7 +105,34 @@ __device__ __forceinline__ void tile_row(u32 i, u32& q, u32& col) {
 // The tile a block computes.
 struct TcTile {
   u32 e, row0, rows;
+  u32 cb;  // the tile's column block (output columns cb·BN ..)
 };
+
+// TcParams::p flag: tiles in row-tile order (a row tile's column blocks
+// side by side), the order before 2026-12-01, for A/B runs (tc_gemm.rs
+// `order_flag`). Without it an expert's row tiles run side by side for
+// each of its column blocks (expert_order): a column block's weights are
+// read from DRAM once for all of the expert's rows, where in row-tile
+// order a row tile's sweep over an expert larger than L2 (Mixtral's 235 MB
+// of gate/up, bf16) evicted them before the next row tile came.
+constexpr u32 TC_BY_ROW = 1u << 17;
+
+// Tile `t` of the list of (row tile, column block) pairs, `cols` column
+// blocks a row tile, whose row tiles run from `at` (its expert's first) to
+// at + ne − 1: the expert's tiles t = at·cols .. (at + ne)·cols − 1 walk its
+// column blocks, each for all of its row tiles — or, with TC_BY_ROW, row
+// tile t / cols, column block t % cols. The expert owning row tile t / cols
+// is the one owning tile t either way.
+__device__ __forceinline__ void expert_order(u32 t, u32 cols, u32 at, u32 ne, bool by_row, u32& mt, u32& cb) {
+  if (by_row) {
+    mt = t / cols;
+    cb = t % cols;
+  } else {
+    const u32 local = t - at * cols;
+    cb = local / ne;
+    mt = at + local % ne;
+  }
+}
 
 // Stores wgmma accumulators whose M side is the tile's 128 weight rows
 // (weight row R = 16·warp + lane / 4, and R + 8) and whose N side is its BM
@@ -221,41 +248,50 @@ __device__ __forceinline__ u32 expert_tiles(const TcParams& p, u32 (&cnt)[EPT], 
   return before;
 }
 
-// Finds this block's tile: blockIdx.y-th of the list of every expert's
-// ⌈rows / BM⌉ tiles (expert order), with all NT threads of the block. Bad
+// Finds this block's tile, with all NT threads of the block: tile
+// blockIdx.y · gridDim.x + blockIdx.x of the (row tile, column block) list
+// in expert_order, row tiles being every expert's ⌈rows / BM⌉ (expert
+// order) and gridDim.x the column blocks. Bad
 // offsets (not monotone, past M) give their experts no tiles and are
 // reported; so every row a tile names is < M. `scan`: NT / 32 + 4 words.
 template <int BM, int NT>
 __device__ __forceinline__ TcTile find_tile(const TcParams& p, u32* scan) {
   static_assert(NT % 32 == 0 && NT >= 256, "whole warps, 4 experts a thread cover E <= 1024");
-  constexpr u32 W = NT / 32, AT = W;  // scan[AT .. AT + 2]: the found tile
-  const u32 mt = blockIdx.y;
+  constexpr u32 W = NT / 32, AT = W;  // scan[AT .. AT + 3]: the found tile
+  const u32 mq = blockIdx.y;  // the row tile whose expert owns the block's tile (expert_order)
   TcTile t;
   if (p.offsets == nullptr) {
     t.e = 0;
-    t.row0 = mt * BM;
+    t.row0 = mq * BM;
     t.rows = t.row0 < p.m ? min((u32)BM, p.m - t.row0) : 0;
+    t.cb = blockIdx.x;
     return t;
   }
   const u32* off = p.offsets;
   constexpr u32 EPT = 4;  // experts per thread: E ≤ 1024 (ops::sort)
   const u32 e0 = threadIdx.x * EPT;
   u32 cnt[EPT];
-  if (threadIdx.x == 0) scan[AT] = TC_NONE;  // ordered by expert_tiles' barrier
+  if (threadIdx.x == 0) {
+    scan[AT] = TC_NONE;  // ordered by expert_tiles' barrier
+    scan[AT + 3] = 0;
+  }
   const u32 before = expert_tiles<BM, NT, EPT>(p, cnt, scan, [](u32, u32, u32) {});
   u32 local = 0;
 #pragma unroll
   for (u32 i = 0; i < EPT; ++i) local += cnt[i];
-  if (mt >= before && mt < before + local) {
+  if (mq >= before && mq < before + local) {
     u32 at = before;
 #pragma unroll
     for (u32 i = 0; i < EPT; ++i) {
-      if (mt >= at && mt < at + cnt[i]) {
+      if (mq >= at && mq < at + cnt[i]) {
         const u32 e = e0 + i;
+        u32 mt, cb;
+        expert_order(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, at, cnt[i], (p.p & TC_BY_ROW) != 0, mt, cb);
         const u32 row0 = off[e] + (mt - at) * BM;
         scan[AT] = e;
         scan[AT + 1] = row0;
         scan[AT + 2] = min((u32)BM, off[e + 1] - row0);
+        scan[AT + 3] = cb;
       }
       at += cnt[i];
     }
@@ -264,6 +300,7 @@ __device__ __forceinline__ TcTile find_tile(const TcParams& p, u32* scan) {
   t.e = scan[AT];
   t.row0 = scan[AT + 1];
   t.rows = t.e == TC_NONE ? 0 : scan[AT + 2];
+  t.cb = scan[AT + 3];
   return t;
 }
 

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
     // K parts only for weights copied straight into B (no raw stages, whose
     // steps a part boundary could split).
     const bool parts_ok = (p.p & TC_PARTS) == 0 || (G::DIRECT && (P == 1 || P == 3));
-    if (dyn < (u32)G::SMEM || (p.p & ~TC_PARTS) != (u32)P || !parts_ok) {
+    if (dyn < (u32)G::SMEM || (p.p & ~(TC_PARTS | TC_BY_ROW)) != (u32)P || !parts_ok) {
       if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) report(p.err, ERR_CONFIG);
       return;
     }
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(TC_THREADS, BM >= 64 && BM <= 128 ? 2 : 1) tc_
   static_assert(!GLU || P == 2, "GLU: the general activation of gate and up");
   constexpr u32 HALVES = P == 1 ? 1 : 2;  // weight-row groups of a tile
   constexpr u32 BN = TC_BROWS / HALVES;   // output columns of the tile
-  const u32 n0 = blockIdx.x * BN;
+  const u32 n0 = tile.cb * BN;
 
   tile_rows_of_x<T, BM, TC_THREADS>(p, tile, arow);
   // Thread tid stages and decodes weight row st.r, columns 32·st.h .. + 31

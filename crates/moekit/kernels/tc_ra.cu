@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(RA_THREADS, RaGeo<BM>::MIN_BLOCKS) tc_ra(const
   static_assert(P == 1 || P == 2, "one source, or gate and up");
   static_assert(!GLU || P == 2, "GLU: the general activation of gate and up");
   constexpr u32 BN = P == 1 ? TC_BROWS : TC_BROWS / 2;
-  const u32 n0 = blockIdx.x * BN;
+  const u32 n0 = tile.cb * BN;
   const u32 n_spans = p.k / RA_SPAN;
   if ((p.p & RA_PREFETCH) != 0 && tid == 0 && n0 < p.n) {
     // Every span's weight bytes requested at once (the lanes' loads, two

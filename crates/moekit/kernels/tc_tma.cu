@@ -187,30 +187,36 @@ __device__ __forceinline__ u32 tile_starts(const TcParams& p, u32* tstart, u32* 
   return E;
 }
 
-// Row tile mt's expert, first row and row count (binary search for the
-// last expert e with tstart[e] ≤ mt: the one owning the tile, as experts
-// without tiles share their start with the next expert).
+// Tile t of the list (`cols` column blocks a row tile, expert_order): its
+// expert, first row, row count and column block. The expert is the owner of
+// row tile t / cols: binary search for the last expert e with tstart[e] ≤
+// t / cols (experts without tiles share their start with the next expert).
 template <int BM>
-__device__ __forceinline__ TcTile tile_at(const u32* tstart, const u32* toff, u32 E, u32 mt) {
-  u32 lo = 0, hi = E;  // tstart[lo] ≤ mt < tstart[hi]
+__device__ __forceinline__ TcTile tile_at(const u32* tstart, const u32* toff, u32 E, u32 t, u32 cols, bool by_row) {
+  const u32 mq = t / cols;
+  u32 lo = 0, hi = E;  // tstart[lo] ≤ mq < tstart[hi]
   while (hi - lo > 1) {
     const u32 mid = (lo + hi) >> 1;
-    if (tstart[mid] <= mt) lo = mid;
+    if (tstart[mid] <= mq) lo = mid;
     else hi = mid;
   }
+  u32 mt, cb;
+  expert_order(t, cols, tstart[lo], tstart[lo + 1] - tstart[lo], by_row, mt, cb);
   // The owner's offsets passed tile_starts' checks.
   const u32 a = toff[lo], b = toff[lo + 1];
-  TcTile t;
-  t.e = lo;
-  t.row0 = a + (mt - tstart[lo]) * BM;
-  t.rows = min((u32)BM, b - t.row0);
-  return t;
+  TcTile tl;
+  tl.e = lo;
+  tl.row0 = a + (mt - tstart[lo]) * BM;
+  tl.rows = min((u32)BM, b - tl.row0);
+  tl.cb = cb;
+  return tl;
 }
 
 // Grid: (blocks, 1), persistent: block b takes tiles b, b + gridDim.x, …
-// of the list (row tile mt, column block cb) in the order t = mt·cols + cb
-// (the column blocks of a row tile run side by side and share its x rows in
-// L2). The producer and the consumers walk the same list; the stage ring
+// of the list of (row tile, column block) pairs in expert_order (an
+// expert's row tiles side by side for each column block, so the blocks that
+// run together share the column block's weights and the expert's x rows in
+// L2; TC_BY_ROW: a row tile's column blocks side by side). The producer and the consumers walk the same list; the stage ring
 // runs on across tiles, so the producer fills the next tile's first stages
 // while the consumers store this one.
 template <typename F, typename T, int P, int BM, bool GLU = false>
@@ -235,7 +241,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
   {
     u32 dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < (u32)G::SMEM || p.p != (u32)P || p.k % TC_BK != 0 || p.n_experts > TMA_MAX_E) {
+    if (dyn < (u32)G::SMEM || (p.p & ~TC_BY_ROW) != (u32)P || p.k % TC_BK != 0 || p.n_experts > TMA_MAX_E) {
       if (tid == 0 && blockIdx.x == 0) report(p.err, ERR_CONFIG);
       return;
     }
@@ -261,6 +267,7 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
   constexpr u32 BN = P == 1 ? TMA_WROWS : TMA_WROWS / 2;  // output columns of a tile
   const u32 cols = (p.n + BN - 1) / BN;
   const u32 n_tiles = tstart[E] * cols;
+  const bool by_row = (p.p & TC_BY_ROW) != 0;
 
   if (tid < (u32)TMA_PRODUCERS) {
     // Producer warpgroup: thread t copies unit t % 8 of x rows t / 8 + 16i.
@@ -269,8 +276,8 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
     const T* x = static_cast<const T*>(p.x);
     u32 g = 0;  // steps issued so far (the ring's position)
     for (u32 t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-      const TcTile tile = tile_at<BM>(tstart, toff, E, t / cols);
-      const u32 n0 = (t % cols) * BN;
+      const TcTile tile = tile_at<BM>(tstart, toff, E, t, cols, by_row);
+      const u32 n0 = tile.cb * BN;
       const u8* src[PER];
       u32 live = 0;  // bit i: row (tid / 8) + 16i is in the tile
 #pragma unroll
@@ -399,8 +406,8 @@ __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__
   const bool vec = p.n % 8 == 0 && (reinterpret_cast<u64>(p.out) & 15) == 0;
   u32 g = 0;  // steps consumed so far
   for (u32 t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-    const TcTile tile = tile_at<BM>(tstart, toff, E, t / cols);
-    const u32 n0 = (t % cols) * BN;
+    const TcTile tile = tile_at<BM>(tstart, toff, E, t, cols, by_row);
+    const u32 n0 = tile.cb * BN;
     float acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;

@@ -60,7 +60,7 @@ pub mod cuda {
     /// `kernels/tc_gemm.cu`.
     pub mod tc_gemm {
         pub use crate::cuda::ops::tc_gemm::{
-            glu_into, matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
+            force_by_row, glu_into, matmul_into, split_matmul_into, swiglu_into, tile_rows, TcRows,
         };
         pub use crate::cuda::ops::tc_parts::{k_parts, sum_parts_into};
     }

@@ -293,3 +293,59 @@ fn sanitizer_sweep() {
         check_of(f, DType::Bf16, 150, 2, 4, &sort, 264, 128);
     }
 }
+
+/// The grouped GEMMs' tile order (`force_by_row`: a row tile's column
+/// blocks side by side, or an expert's row tiles side by side for each
+/// column block) changes only which tiles run together: tc_tma, the staged
+/// kernel and tc_ra give the same bits in both orders, on experts of
+/// several row tiles and several column blocks, one of them empty.
+#[test]
+fn tile_orders_give_the_same_bits() {
+    use moekit::testing::cuda::tc_ra;
+    let (t, k, e, n, kk) = (1500, 2, 8, 600, 256);
+    let sort = sort_of(t, k, e, &[3], false, 11);
+    let m = t * k;
+    let x = random(&[t, kk], DType::Bf16, 12).to_device(gpu()).unwrap();
+    let off = sort.offsets.to_device(gpu()).unwrap();
+    let sorted = sort.sorted.to_device(gpu()).unwrap();
+    let rows = TcRows::Gathered {
+        offsets: &off,
+        sorted: &sorted,
+        top_k: k,
+    };
+    let dense = to_gpu(&weights(DType::Bf16, e, n, kk, 13));
+    let a4 = WeightFormat::Affine(AffineParams {
+        bits: 4,
+        group_size: 64,
+    });
+    let quant = to_gpu(&weights_of(a4, DType::Bf16, e, n, kk, 14));
+    let xp = poisoned(&[t, kk], DType::Bf16);
+    tc_ra::permute_into(&x, tc_ra::span_order(a4), &xp).unwrap();
+    let hopper = on_hopper();
+    let run = |by_row: bool| {
+        tc_gemm::force_by_row(Some(by_row));
+        let mut outs = Vec::new();
+        let out = poisoned(&[m, n], DType::Bf16);
+        tc_gemm::matmul_into(&x, &dense, rows, &out).unwrap();
+        outs.push(("staged", host_f32(&out)));
+        if hopper {
+            let out = poisoned(&[m, n], DType::Bf16);
+            matmul_into(&x, &dense, rows, &out).unwrap();
+            outs.push(("tc_tma", host_f32(&out)));
+            let out = poisoned(&[m, n], DType::Bf16);
+            tc_ra::matmul_into(&xp, &quant, rows, &out).unwrap();
+            outs.push(("tc_ra", host_f32(&out)));
+        }
+        tc_gemm::force_by_row(None);
+        outs
+    };
+    let (by_row, by_expert) = (run(true), run(false));
+    for ((what, a), (_, b)) in by_row.iter().zip(&by_expert) {
+        assert!(
+            a.iter().all(|v| v.is_finite()),
+            "{what}: an output not written"
+        );
+        assert_eq!(a, b, "{what}: the tile orders differ");
+    }
+    moekit::cuda::device(0).unwrap().check_errors().unwrap();
+}

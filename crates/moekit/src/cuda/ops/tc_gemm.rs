@@ -42,6 +42,46 @@ pub(crate) static SRC: Source = Source {
 
 /// Threads a block (`TC_THREADS`).
 const THREADS: u32 = 256;
+
+/// `TcParams::p` flag (`TC_BY_ROW`, tc_common.cuh): the grouped GEMMs walk
+/// their (row tile, column block) list a row tile's column blocks at a time
+/// — the order before 2026-12-01 — instead of an expert's row tiles at a
+/// time for each column block (`expert_order`), which reads a column
+/// block's weights from DRAM once for all of the expert's rows.
+const BY_ROW: u32 = 1 << 17;
+
+/// A test's choice of the tile order (0: none, 1: by expert, 2: by row
+/// tile): [`force_by_row`].
+static ORDER_FORCED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Forces the grouped GEMMs' tile order (`Some(true)`: a row tile's column
+/// blocks side by side; `None`: the knob decides), so that a test can
+/// compare both orders in one process.
+pub fn force_by_row(by_row: Option<bool>) {
+    let v = match by_row {
+        None => 0,
+        Some(false) => 1,
+        Some(true) => 2,
+    };
+    ORDER_FORCED.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// [`BY_ROW`] where `MOEKIT_TC_ORDER=0` (read once; A/B of the tile order)
+/// or a test forces it, else 0. Every order gives the same bits: it only
+/// changes which tiles run together.
+fn order_flag() -> u32 {
+    match ORDER_FORCED.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => return 0,
+        2 => return BY_ROW,
+        _ => {}
+    }
+    static ENV: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if *ENV.get_or_init(|| super::env_knob("MOEKIT_TC_ORDER", 0..=1, 1)) == 0 {
+        BY_ROW
+    } else {
+        0
+    }
+}
 /// Experts the kernel's tile scan covers (`EPT` × threads).
 pub const MAX_EXPERTS: usize = 1024;
 
@@ -474,7 +514,7 @@ pub(crate) fn run_kernel(
         x_rows: u32_of(op, "x rows", x_rows)?,
         gather_div: u32_of(op, "top_k", div)?,
         group_shift: group_shift(w.format()),
-        p: p_sources as u32 | flags | if parts > 1 { PARTS } else { 0 },
+        p: p_sources as u32 | flags | order_flag() | if parts > 1 { PARTS } else { 0 },
         glu,
     };
     if kernel == Kernel::Tma {
