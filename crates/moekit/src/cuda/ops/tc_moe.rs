@@ -76,9 +76,10 @@ pub(crate) struct ExpertKernels {
 
 /// The one place the routed experts' kernels are chosen, for `m` = T·k
 /// rows: the TMA kernel ([`tc_tma`], sm_90a) for each GEMM it measured
-/// faster at ([`tc_tma::runs`]: dense weights of the activation type with
-/// plain SwiGLU where the staged kernel's tile would be at least
-/// [`tc_tma::MIN_TILE`] rows); else the register-operand kernel ([`tc_ra`],
+/// faster at ([`tc_tma::runs`]: dense weights of the activation type where
+/// the staged kernel's tile would be at least [`tc_tma::MIN_TILE`] rows,
+/// and, for a general activation, experts average [`tc_tma::GLU_ROWS`]
+/// rows); else the register-operand kernel ([`tc_ra`],
 /// sm_90a) where it takes the weights and the tile is one it measured
 /// faster at ([`tc_ra::runs_tile`]), else the staged one. The down GEMM runs on
 /// `tc_ra` only after a gate/up GEMM on it (its input is then written in
@@ -164,7 +165,7 @@ fn tma_takes(
         let bn = tc_tma::WEIGHT_ROWS / p;
         let bm = tc_gemm::tile_rows(m, e, cols.div_ceil(bn));
         tc_tma::supports(x.dtype(), w, arch).is_ok()
-            && tc_tma::runs(x.dtype(), w, p == 2 && general_glu, bm)
+            && tc_tma::runs(x.dtype(), w, p == 2 && general_glu, bm, m / e.max(1))
     };
     let gu = tc_gemm::one_instance(gate_up)
         && gate_up

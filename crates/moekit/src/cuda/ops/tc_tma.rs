@@ -144,10 +144,12 @@ pub(crate) fn use_mode() -> Use {
 pub const MIN_TILE: usize = 128;
 
 /// Whether the MoE block runs a GEMM of activations `dtype` against `w`
-/// (`glu`: with a general activation or biases) on `tc_tma` where the
+/// (`glu`: with a general activation or biases; `rows`: the experts'
+/// average rows) on `tc_tma` where the
 /// staged kernel would take `bm`-row tiles: dense weights of the activation
-/// type with plain SwiGLU (or none) from [`MIN_TILE`] rows; every GEMM at
-/// every tile with `MOEKIT_TC_TMA=all`, none with `0`.
+/// type from [`MIN_TILE`] rows, and with a general activation where the
+/// experts average [`GLU_ROWS`] rows or more; every GEMM at every tile with
+/// `MOEKIT_TC_TMA=all`, none with `0`.
 ///
 /// Decoded weights stay on `tc_ra` and the staged kernel: decoded into the
 /// ring by the producer warpgroup, they measured no faster (H200, graph,
@@ -156,15 +158,27 @@ pub const MIN_TILE: usize = 128;
 /// affine4-g64 983 against 1216 µs, q4_k 981 / 1244, q8_0 1447 / 1417,
 /// q4_0 1240 / 1246, q6_k 2279 / 2317; T = 512 affine4 268 / 468;
 /// mixtral-8x7b affine4 6158 / 10100). gpt-oss-20b's general activation
-/// (bf16, T = 4096) measured no faster either: 2343 µs staged against 2355
-/// on `tc_tma` (`run2`).
-pub(crate) fn runs(dtype: DType, w: &QuantWeights, glu: bool, bm: usize) -> bool {
+/// (`glu`, bf16, T = 4096) measured slower on `tc_tma` while its epilogue
+/// divided by IEEE rules (2343 µs staged against 2355, `run2`), and faster
+/// once `silu`/`glu_at` divide with `__fdividef`: 2170–2177 µs with the
+/// gate/up staged against 1930–1936 on `tc_tma`, same call
+/// (`bench/results/h200/2026-11-30_s28/run3`; 512 rows an expert) — but
+/// T = 512 (64 rows an expert, 128-row tiles) 513 → 569–572 µs on
+/// `tc_tma` (`run4`): hence [`GLU_ROWS`].
+pub(crate) fn runs(dtype: DType, w: &QuantWeights, glu: bool, bm: usize, rows: usize) -> bool {
     match use_mode() {
         Use::Never => false,
         Use::Everywhere => true,
-        Use::Table => by_tma(dtype, w) && !glu && bm >= MIN_TILE,
+        Use::Table => by_tma(dtype, w) && bm >= MIN_TILE && (!glu || rows >= GLU_ROWS),
     }
 }
+
+/// Rows an expert averages from which the MoE block runs a gate/up GEMM
+/// with a general activation (gpt-oss's GLU epilogue) on `tc_tma`: it
+/// measured faster at 512 rows an expert and slower at 64 (gpt-oss-20b
+/// bf16 T = 4096 and 512, above); two full 128-row tiles an expert is the
+/// line drawn between them (not measured in between).
+pub const GLU_ROWS: usize = 2 * MIN_TILE;
 
 /// The tile row count for `m` rows over `n_experts` experts: the staged
 /// kernel's choice ([`super::tc_geo::tile_rows`]), 64 or 128.
