@@ -87,27 +87,20 @@ const FOLD_MAX_T: usize = 16;
 /// Floats of a tensor-core expert block's reduction buffer (`MMA_RED`).
 const MMA_RED: usize = MMA_WARPS * 2 * 2 * 4 * 32;
 
-/// A test's choice of `fold_route` (0: none, 1: off, 2: on): [`force_fold`].
-static FOLD_FORCED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// A test's choice of `fold_route`: [`force_fold`].
+static FOLD_FORCED: super::Forced = super::Forced::new();
 
 /// Forces the gate/up blocks' own routing on or off (`None`: the knob
 /// decides), so that tests can compare both paths in one process.
 pub fn force_fold(on: Option<bool>) {
-    let v = match on {
-        None => 0,
-        Some(false) => 1,
-        Some(true) => 2,
-    };
-    FOLD_FORCED.store(v, std::sync::atomic::Ordering::Relaxed);
+    FOLD_FORCED.set(on);
 }
 
 /// Whether the gate/up blocks route the tokens themselves (`fold_route`):
 /// `MOEKIT_DECODE_FOLD=0|1` (read once), default on, unless a test forces it.
 fn fold_knob() -> bool {
-    match FOLD_FORCED.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => return false,
-        2 => return true,
-        _ => {}
+    if let Some(on) = FOLD_FORCED.get() {
+        return on;
     }
     static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *ENV.get_or_init(|| super::env_knob("MOEKIT_DECODE_FOLD", 0..=1, 1)) == 1

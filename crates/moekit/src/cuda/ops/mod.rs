@@ -174,6 +174,35 @@ where
         .unwrap_or(default)
 }
 
+/// A test's override of an on/off knob, so that a test can run both sides
+/// in one process: unset (the knob decides), off or on.
+pub(crate) struct Forced(std::sync::atomic::AtomicU8);
+
+impl Forced {
+    pub(crate) const fn new() -> Forced {
+        Forced(std::sync::atomic::AtomicU8::new(0))
+    }
+
+    /// Sets the override (`None`: the knob decides again).
+    pub(crate) fn set(&self, on: Option<bool>) {
+        let v = match on {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        };
+        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The override, if a test set one.
+    pub(crate) fn get(&self) -> Option<bool> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => Some(false),
+            2 => Some(true),
+            _ => None,
+        }
+    }
+}
+
 /// Whether [`Order::Dependent`] launches use programmatic dependent launch:
 /// sm_90+ unless `MOEKIT_PDL=0` (read once; for A/B measurements).
 pub fn pdl_enabled(dev: &CudaDevice) -> bool {

@@ -50,30 +50,22 @@ const THREADS: u32 = 256;
 /// block's weights from DRAM once for all of the expert's rows.
 const BY_ROW: u32 = 1 << 17;
 
-/// A test's choice of the tile order (0: none, 1: by expert, 2: by row
-/// tile): [`force_by_row`].
-static ORDER_FORCED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// A test's choice of the tile order: [`force_by_row`].
+static BY_ROW_FORCED: super::Forced = super::Forced::new();
 
 /// Forces the grouped GEMMs' tile order (`Some(true)`: a row tile's column
 /// blocks side by side; `None`: the knob decides), so that a test can
 /// compare both orders in one process.
 pub fn force_by_row(by_row: Option<bool>) {
-    let v = match by_row {
-        None => 0,
-        Some(false) => 1,
-        Some(true) => 2,
-    };
-    ORDER_FORCED.store(v, std::sync::atomic::Ordering::Relaxed);
+    BY_ROW_FORCED.set(by_row);
 }
 
 /// [`BY_ROW`] where `MOEKIT_TC_ORDER=0` (read once; A/B of the tile order)
 /// or a test forces it, else 0. Every order gives the same bits: it only
 /// changes which tiles run together.
 fn order_flag() -> u32 {
-    match ORDER_FORCED.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => return 0,
-        2 => return BY_ROW,
-        _ => {}
+    if let Some(by_row) = BY_ROW_FORCED.get() {
+        return if by_row { BY_ROW } else { 0 };
     }
     static ENV: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     if *ENV.get_or_init(|| super::env_knob("MOEKIT_TC_ORDER", 0..=1, 1)) == 0 {
