@@ -45,7 +45,7 @@ const THREADS: u32 = 256;
 
 /// `TcParams::p` flag (`TC_BY_ROW`, tc_common.cuh): the grouped GEMMs walk
 /// their (row tile, column block) list a row tile's column blocks at a time
-/// — the order before 2026-12-01 — instead of an expert's row tiles at a
+/// — the order before b6660b6 (2026-11-30) — instead of an expert's row tiles at a
 /// time for each column block (`expert_order`), which reads a column
 /// block's weights from DRAM once for all of the expert's rows.
 const BY_ROW: u32 = 1 << 17;
