@@ -109,8 +109,8 @@ struct TcTile {
 };
 
 // TcParams::p flag: tiles in row-tile order (a row tile's column blocks
-// side by side), the order before b6660b6 (2026-11-30), for A/B runs (tc_gemm.rs
-// `order_flag`). Without it an expert's row tiles run side by side for
+// side by side), the order before b6660b6 (2026-11-30), for A/B runs
+// (tc_gemm.rs `order_flag`). Without it an expert's row tiles run side by side for
 // each of its column blocks (expert_order): a column block's weights are
 // read from DRAM once for all of the expert's rows, where in row-tile
 // order a row tile's sweep over an expert larger than L2 (Mixtral's 235 MB

@@ -216,9 +216,10 @@ __device__ __forceinline__ TcTile tile_at(const u32* tstart, const u32* toff, u3
 // of the list of (row tile, column block) pairs in expert_order (an
 // expert's row tiles side by side for each column block, so the blocks that
 // run together share the column block's weights and the expert's x rows in
-// L2; TC_BY_ROW: a row tile's column blocks side by side). The producer and the consumers walk the same list; the stage ring
-// runs on across tiles, so the producer fills the next tile's first stages
-// while the consumers store this one.
+// L2; TC_BY_ROW: a row tile's column blocks side by side). The producer
+// and the consumers walk the same list; the stage ring runs on across
+// tiles, so the producer fills the next tile's first stages while the
+// consumers store this one.
 template <typename F, typename T, int P, int BM, bool GLU = false>
 __global__ void __launch_bounds__(TMA_THREADS, 1) tc_tma(const __grid_constant__ TmaParams tp) {
   const TcParams& p = tp.tc;

@@ -45,9 +45,9 @@ const THREADS: u32 = 256;
 
 /// `TcParams::p` flag (`TC_BY_ROW`, tc_common.cuh): the grouped GEMMs walk
 /// their (row tile, column block) list a row tile's column blocks at a time
-/// — the order before b6660b6 (2026-11-30) — instead of an expert's row tiles at a
-/// time for each column block (`expert_order`), which reads a column
-/// block's weights from DRAM once for all of the expert's rows.
+/// — the order before b6660b6 (2026-11-30) — instead of an expert's row
+/// tiles at a time for each column block (`expert_order`), which reads a
+/// column block's weights from DRAM once for all of the expert's rows.
 const BY_ROW: u32 = 1 << 17;
 
 /// A test's choice of the tile order: [`force_by_row`].
@@ -74,6 +74,7 @@ fn order_flag() -> u32 {
         0
     }
 }
+
 /// Experts the kernel's tile scan covers (`EPT` × threads).
 pub const MAX_EXPERTS: usize = 1024;
 
